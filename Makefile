@@ -1,0 +1,38 @@
+GO        ?= go
+BIN       ?= bin/shoal
+IMAGE     ?= shoal/sandbox:dev
+GOBIN     ?= $(shell $(GO) env GOPATH)/bin
+PROTOC_GEN_GO_VERSION      := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+STATICCHECK_VERSION        := v0.8.2
+
+.PHONY: build run test bench image proto lint tools clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/shoal
+
+run: build image
+	$(BIN) node start
+
+test: build image
+	SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m ./...
+
+bench: build image
+	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 -timeout 30m ./bench/ | tee bench/last.txt
+
+image:
+	./deploy/image/build.sh $(IMAGE)
+
+proto:
+	GOBIN=$(GOBIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(GOBIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	PATH=$(GOBIN):$$PATH protoc -I api --go_out=api --go_opt=paths=source_relative \
+		--go-grpc_out=api --go-grpc_opt=paths=source_relative api/shoal/v1/shoal.proto
+
+lint:
+	$(GO) vet ./...
+	GOBIN=$(GOBIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	$(GOBIN)/staticcheck ./...
+
+clean:
+	rm -rf bin

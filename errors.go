@@ -1,0 +1,143 @@
+package shoal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Kind classifies an error the way a client must react to it.
+type Kind int
+
+const (
+	KindUnknown            Kind = iota
+	KindNotFound                // the object does not exist
+	KindAlreadyExists           // create of a name that is taken
+	KindConflict                // a caller-supplied resource_version no longer matches
+	KindFailedPrecondition      // the object's state forbids the request
+	KindInvalid                 // the request itself is malformed
+	KindUnavailable             // try again later (no leader, no Docker, ...)
+	KindGone                    // a watch asked for a compacted revision
+)
+
+// Sentinels for errors.Is. Every *Error matches the sentinel of its Kind.
+var (
+	ErrNotFound           = &Error{Kind: KindNotFound, Msg: "not found"}
+	ErrAlreadyExists      = &Error{Kind: KindAlreadyExists, Msg: "already exists"}
+	ErrConflict           = &Error{Kind: KindConflict, Msg: "conflict"}
+	ErrFailedPrecondition = &Error{Kind: KindFailedPrecondition, Msg: "failed precondition"}
+	ErrInvalid            = &Error{Kind: KindInvalid, Msg: "invalid"}
+	ErrUnavailable        = &Error{Kind: KindUnavailable, Msg: "unavailable"}
+	ErrGone               = &Error{Kind: KindGone, Msg: "gone"}
+)
+
+// Error is a typed error. Field names the offending request field for
+// KindInvalid errors.
+type Error struct {
+	Kind  Kind
+	Field string
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return e.Field + ": " + e.Msg
+	}
+	return e.Msg
+}
+
+// Is makes errors.Is(err, ErrNotFound) true for every not-found *Error.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Kind == e.Kind && (t.Msg == e.Msg || isSentinel(t))
+}
+
+func isSentinel(e *Error) bool {
+	switch e {
+	case ErrNotFound, ErrAlreadyExists, ErrConflict, ErrFailedPrecondition, ErrInvalid, ErrUnavailable, ErrGone:
+		return true
+	}
+	return false
+}
+
+func NotFound(format string, a ...any) error {
+	return &Error{Kind: KindNotFound, Msg: fmt.Sprintf(format, a...)}
+}
+
+func AlreadyExists(format string, a ...any) error {
+	return &Error{Kind: KindAlreadyExists, Msg: fmt.Sprintf(format, a...)}
+}
+
+func Conflict(format string, a ...any) error {
+	return &Error{Kind: KindConflict, Msg: fmt.Sprintf(format, a...)}
+}
+
+func FailedPrecondition(format string, a ...any) error {
+	return &Error{Kind: KindFailedPrecondition, Msg: fmt.Sprintf(format, a...)}
+}
+
+func Unavailable(format string, a ...any) error {
+	return &Error{Kind: KindUnavailable, Msg: fmt.Sprintf(format, a...)}
+}
+
+func Gone(format string, a ...any) error {
+	return &Error{Kind: KindGone, Msg: fmt.Sprintf(format, a...)}
+}
+
+// Invalid reports a malformed request field. field is the request path,
+// for example "sandbox.spec.env[FOO]".
+func Invalid(field, format string, a ...any) error {
+	return &Error{Kind: KindInvalid, Field: field, Msg: fmt.Sprintf(format, a...)}
+}
+
+// KindOf returns the Kind of err, KindUnknown for untyped errors.
+func KindOf(err error) Kind {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Kind
+	}
+	return KindUnknown
+}
+
+// GRPCStatus converts any error into a gRPC status error. It is the only
+// place where shoal errors meet gRPC codes.
+func GRPCStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var code codes.Code
+	switch KindOf(err) {
+	case KindNotFound:
+		code = codes.NotFound
+	case KindAlreadyExists:
+		code = codes.AlreadyExists
+	case KindConflict:
+		// A caller precondition that no longer holds; retrying the same
+		// request cannot succeed, so this is not ABORTED.
+		code = codes.FailedPrecondition
+	case KindFailedPrecondition:
+		code = codes.FailedPrecondition
+	case KindInvalid:
+		code = codes.InvalidArgument
+	case KindUnavailable:
+		code = codes.Unavailable
+	case KindGone:
+		code = codes.OutOfRange
+	default:
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			code = codes.DeadlineExceeded
+		case errors.Is(err, context.Canceled):
+			code = codes.Canceled
+		default:
+			code = codes.Internal
+		}
+	}
+	return status.Error(code, err.Error())
+}

@@ -1,0 +1,196 @@
+package store
+
+// The deletion protocol, top to bottom.
+//
+// Sandbox:
+//
+//  1. Intent. DeleteSandbox → MarkSandboxDeleting: through the update loop,
+//     set meta.deletion_timestamp and phase DELETING, and in the same Txn
+//     move every attach/ key of the sandbox to release/. Concurrent writers
+//     only make the loop go round again, so this succeeds unless the caller's
+//     own precondition (uid, resource_version) fails. Marking twice is a
+//     no-op. The intent is durable: it is in etcd before the call returns.
+//  2. Teardown, by the coordinator under the leader lease: remove the
+//     container (idempotent: "already gone" is success).
+//  3. RemoveSandbox: ONE fenced Txn deletes the sandbox record and all its
+//     attach/ and release/ keys. It compares the record's ModRevision, the
+//     uid seen at step 1 (so a same-name replacement is never touched) and
+//     the leader key's create revision (so a deposed leader cannot write).
+//     A restart re-runs 2 and 3 for every DELETING record: the protocol
+//     resumes wherever it stopped.
+//
+// Provider:
+//
+//  1. DeleteProvider: one Txn through the update loop that compares "no key
+//     under attach/<ws>/<provider>/" (no live sandbox uses it). If release/
+//     keys exist too (DELETING sandboxes still hold it), the provider is
+//     marked terminating instead of deleted: it takes no new attachments,
+//     since every attach compares the provider's ModRevision and refuses a
+//     terminating provider.
+//  2. FinalizeProvider, by the coordinator under the lease: one fenced Txn
+//     deletes a terminating provider once attach/ and release/ are both empty.
+
+import (
+	"context"
+	"slices"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+)
+
+// MarkSandboxDeleting records the durable intent to delete a sandbox. It is
+// idempotent and fails only when pre does not hold or the sandbox is absent.
+func (s *Store) MarkSandboxDeleting(ctx context.Context, ws, name string, pre Preconditions) (*shoalv1.Sandbox, error) {
+	return s.UpdateSandbox(ctx, ws, name, pre, func(sb *shoalv1.Sandbox) error {
+		if sb.Meta.DeletionTimestamp != nil {
+			return nil
+		}
+		sb.Meta.DeletionTimestamp = ts(s.now())
+		if sb.Status == nil {
+			sb.Status = &shoalv1.SandboxStatus{}
+		}
+		sb.Status.Phase = shoalv1.SandboxPhase_DELETING
+		sb.Status.Message = "deletion requested"
+		return nil
+	})
+}
+
+// RemoveSandbox is the last step of teardown: one fenced Txn that deletes
+// the record of the sandbox with the given uid and every attachment key it
+// holds. A record that is already gone (or replaced) is success.
+func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence *Fence) error {
+	_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
+		codec: sandboxCodec,
+		key:   s.k.sandbox(ws, name),
+		fence: fence,
+		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
+			if cur == nil || cur.GetMeta().GetUid() != uid {
+				return cur, errGone
+			}
+			if cur.GetMeta().GetDeletionTimestamp() == nil {
+				return nil, shoal.FailedPrecondition("sandbox %q is not being deleted", name)
+			}
+			return nil, nil
+		},
+		related: s.sandboxRelated,
+	})
+	if err == errGone {
+		return nil
+	}
+	return err
+}
+
+var errGone = shoal.NotFound("already removed")
+
+// DeleteProvider deletes a provider no live sandbox uses. If only DELETING
+// sandboxes still hold it, it is marked terminating and deleted=false; the
+// coordinator removes it when the last one is gone.
+func (s *Store) DeleteProvider(ctx context.Context, ws, name string, pre Preconditions) (deleted bool, p *shoalv1.Provider, err error) {
+	attachP, releaseP := s.k.attachments(ws, name), s.k.releases(ws, name)
+	p, err = update(ctx, s, updateSpec[*shoalv1.Provider]{
+		codec: providerCodec,
+		key:   s.k.provider(ws, name),
+		pre:   pre,
+		mutate: func(cur *shoalv1.Provider) (*shoalv1.Provider, error) {
+			if cur == nil {
+				return nil, shoal.NotFound("provider %q not found", name)
+			}
+			users, err := s.keyNames(ctx, attachP)
+			if err != nil {
+				return nil, err
+			}
+			if len(users) > 0 {
+				return nil, shoal.FailedPrecondition("provider %q is attached to sandbox(es): %s; delete or detach them first",
+					name, strings.Join(users, ", "))
+			}
+			holders, err := s.keyNames(ctx, releaseP)
+			if err != nil {
+				return nil, err
+			}
+			if len(holders) == 0 {
+				return nil, nil
+			}
+			if cur.Meta.DeletionTimestamp == nil {
+				cur.Meta.DeletionTimestamp = ts(s.now())
+			}
+			return cur, nil
+		},
+		related: func(_ context.Context, _, new *shoalv1.Provider) ([]clientv3.Cmp, []clientv3.Op, error) {
+			cmps := []clientv3.Cmp{noKeys(attachP)}
+			if new == nil {
+				cmps = append(cmps, noKeys(releaseP))
+			}
+			return cmps, nil, nil
+		},
+	})
+	if err != nil {
+		return false, nil, err
+	}
+	return p == nil, p, nil
+}
+
+// FinalizeProvider deletes a terminating provider once no sandbox holds it.
+// It reports whether the provider is gone.
+func (s *Store) FinalizeProvider(ctx context.Context, ws, name string, fence *Fence) (bool, error) {
+	attachP, releaseP := s.k.attachments(ws, name), s.k.releases(ws, name)
+	var busy bool
+	_, err := update(ctx, s, updateSpec[*shoalv1.Provider]{
+		codec: providerCodec,
+		key:   s.k.provider(ws, name),
+		fence: fence,
+		mutate: func(cur *shoalv1.Provider) (*shoalv1.Provider, error) {
+			busy = false
+			if cur == nil || cur.GetMeta().GetDeletionTimestamp() == nil {
+				return cur, nil
+			}
+			n, err := s.countKeys(ctx, releaseP)
+			if err != nil {
+				return nil, err
+			}
+			m, err := s.countKeys(ctx, attachP)
+			if err != nil {
+				return nil, err
+			}
+			if n+m > 0 {
+				busy = true
+				return cur, nil
+			}
+			return nil, nil
+		},
+		related: func(context.Context, *shoalv1.Provider, *shoalv1.Provider) ([]clientv3.Cmp, []clientv3.Op, error) {
+			return []clientv3.Cmp{noKeys(attachP), noKeys(releaseP)}, nil, nil
+		},
+	})
+	return err == nil && !busy, err
+}
+
+// noKeys holds while no key exists under prefix: every key in the range
+// must have create revision 0, which is vacuously true only for an empty
+// range.
+func noKeys(prefix string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix()
+}
+
+func (s *Store) keyNames(ctx context.Context, prefix string) ([]string, error) {
+	resp, err := s.c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, etcdErr(ctx, err)
+	}
+	names := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		names = append(names, lastSegment(string(kv.Key)))
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func (s *Store) countKeys(ctx context.Context, prefix string) (int64, error) {
+	resp, err := s.c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, etcdErr(ctx, err)
+	}
+	return resp.Count, nil
+}

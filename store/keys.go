@@ -1,0 +1,40 @@
+package store
+
+import "strings"
+
+// DefaultPrefix is the root of shoal's keyspace.
+const DefaultPrefix = "/shoal"
+
+type keys struct{ prefix string }
+
+func (k keys) sandboxes(ws string) string      { return k.prefix + "/sandboxes/" + ws + "/" }
+func (k keys) allSandboxes() string            { return k.prefix + "/sandboxes/" }
+func (k keys) sandbox(ws, name string) string  { return k.sandboxes(ws) + name }
+func (k keys) providers(ws string) string      { return k.prefix + "/providers/" + ws + "/" }
+func (k keys) allProviders() string            { return k.prefix + "/providers/" }
+func (k keys) provider(ws, name string) string { return k.providers(ws) + name }
+func (k keys) attachments(ws, provider string) string {
+	return k.prefix + "/attach/" + ws + "/" + provider + "/"
+}
+func (k keys) attachment(ws, provider, sandbox string) string {
+	return k.attachments(ws, provider) + sandbox
+}
+func (k keys) releases(ws, provider string) string {
+	return k.prefix + "/release/" + ws + "/" + provider + "/"
+}
+func (k keys) release(ws, provider, sandbox string) string {
+	return k.releases(ws, provider) + sandbox
+}
+func (k keys) allAttachments() string { return k.prefix + "/attach/" }
+func (k keys) allReleases() string    { return k.prefix + "/release/" }
+
+// Leader is the election prefix used by package lease.
+func (k keys) leader() string { return k.prefix + "/leader/" }
+
+// lastSegment returns the name at the end of a key.
+func lastSegment(key string) string {
+	if i := strings.LastIndexByte(key, '/'); i >= 0 {
+		return key[i+1:]
+	}
+	return key
+}

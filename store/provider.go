@@ -1,0 +1,61 @@
+package store
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+)
+
+// CreateProvider stores a new provider. The Txn compares
+// ModRevision(provider) == 0.
+func (s *Store) CreateProvider(ctx context.Context, p *shoalv1.Provider) (*shoalv1.Provider, error) {
+	p = clone(p)
+	m := p.GetMeta()
+	if m.Workspace == "" {
+		m.Workspace = DefaultWorkspace
+	}
+	m.Uid = uuid.NewString()
+	m.CreatedAt = ts(s.now())
+	m.DeletionTimestamp = nil
+	m.ResourceVersion = 0
+	return update(ctx, s, updateSpec[*shoalv1.Provider]{
+		codec: providerCodec,
+		key:   s.k.provider(m.Workspace, m.Name),
+		mutate: func(cur *shoalv1.Provider) (*shoalv1.Provider, error) {
+			if cur != nil {
+				if cur.GetMeta().GetDeletionTimestamp() != nil {
+					return nil, shoal.AlreadyExists("provider %q already exists and is being deleted; wait for the deletion to finish", m.Name)
+				}
+				return nil, shoal.AlreadyExists("provider %q already exists", m.Name)
+			}
+			return clone(p), nil
+		},
+	})
+}
+
+// GetProvider reads one provider, credentials included: callers that face
+// users must redact them.
+func (s *Store) GetProvider(ctx context.Context, ws, name string) (*shoalv1.Provider, error) {
+	return get(ctx, s, providerCodec, s.k.provider(ws, name), name)
+}
+
+// UpdateProvider applies mutate through the update loop.
+func (s *Store) UpdateProvider(ctx context.Context, ws, name string, pre Preconditions, mutate func(*shoalv1.Provider) error) (*shoalv1.Provider, error) {
+	return update(ctx, s, updateSpec[*shoalv1.Provider]{
+		codec: providerCodec,
+		key:   s.k.provider(ws, name),
+		pre:   pre,
+		mutate: func(cur *shoalv1.Provider) (*shoalv1.Provider, error) {
+			if cur == nil {
+				return nil, shoal.NotFound("provider %q not found", name)
+			}
+			if err := mutate(cur); err != nil {
+				return nil, err
+			}
+			return cur, nil
+		},
+	})
+}

@@ -1,0 +1,192 @@
+package store
+
+import (
+	"context"
+	"slices"
+
+	"github.com/google/uuid"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+)
+
+// CreateSandbox stores a new sandbox in phase PROVISIONING together with an
+// attachment key for each of its providers. It fills uid and created_at.
+// The Txn compares ModRevision(sandbox) == 0 and, per provider, the
+// ModRevision the provider was read at.
+func (s *Store) CreateSandbox(ctx context.Context, sb *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
+	sb = clone(sb)
+	m := sb.GetMeta()
+	if m.Workspace == "" {
+		m.Workspace = DefaultWorkspace
+	}
+	m.Uid = uuid.NewString()
+	m.CreatedAt = ts(s.now())
+	m.DeletionTimestamp = nil
+	m.ResourceVersion = 0
+	if sb.Status == nil {
+		sb.Status = &shoalv1.SandboxStatus{}
+	}
+	sb.Status.Phase = shoalv1.SandboxPhase_PROVISIONING
+	return update(ctx, s, updateSpec[*shoalv1.Sandbox]{
+		codec: sandboxCodec,
+		key:   s.k.sandbox(m.Workspace, m.Name),
+		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
+			if cur != nil {
+				if cur.GetMeta().GetDeletionTimestamp() != nil {
+					return nil, shoal.AlreadyExists("sandbox %q already exists and is being deleted; wait for the deletion to finish", m.Name)
+				}
+				return nil, shoal.AlreadyExists("sandbox %q already exists", m.Name)
+			}
+			return clone(sb), nil
+		},
+		related: s.sandboxRelated,
+	})
+}
+
+// GetSandbox reads one sandbox.
+func (s *Store) GetSandbox(ctx context.Context, ws, name string) (*shoalv1.Sandbox, error) {
+	return get(ctx, s, sandboxCodec, s.k.sandbox(ws, name), name)
+}
+
+// UpdateSandbox applies mutate to the sandbox through the update loop. The
+// sandbox must exist; pre, when set, must hold against the current state on
+// every attempt. mutate may run several times.
+func (s *Store) UpdateSandbox(ctx context.Context, ws, name string, pre Preconditions, mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error) {
+	return update(ctx, s, updateSpec[*shoalv1.Sandbox]{
+		codec: sandboxCodec,
+		key:   s.k.sandbox(ws, name),
+		pre:   pre,
+		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
+			if cur == nil {
+				return nil, shoal.NotFound("sandbox %q not found", name)
+			}
+			if err := mutate(cur); err != nil {
+				return nil, err
+			}
+			return cur, nil
+		},
+		related: s.sandboxRelated,
+	})
+}
+
+// AttachProvider adds a provider to a live sandbox, writing its attachment
+// key in the same Txn with a compare on the provider key.
+func (s *Store) AttachProvider(ctx context.Context, ws, name, provider string) (*shoalv1.Sandbox, error) {
+	return s.UpdateSandbox(ctx, ws, name, Preconditions{}, func(sb *shoalv1.Sandbox) error {
+		if sb.GetMeta().GetDeletionTimestamp() != nil {
+			return shoal.FailedPrecondition("sandbox %q is being deleted", name)
+		}
+		if !slices.Contains(sb.Spec.Providers, provider) {
+			if len(sb.Spec.Providers) >= MaxProvidersPerSandbox {
+				return shoal.Invalid("provider", "sandbox %q already has the maximum of %d providers", name, MaxProvidersPerSandbox)
+			}
+			sb.Spec.Providers = append(sb.Spec.Providers, provider)
+		}
+		return nil
+	})
+}
+
+// DetachProvider removes a provider from a sandbox and deletes its
+// attachment key in the same Txn.
+func (s *Store) DetachProvider(ctx context.Context, ws, name, provider string) (*shoalv1.Sandbox, error) {
+	return s.UpdateSandbox(ctx, ws, name, Preconditions{}, func(sb *shoalv1.Sandbox) error {
+		if sb.GetMeta().GetDeletionTimestamp() != nil {
+			return shoal.FailedPrecondition("sandbox %q is being deleted; its providers are released when it is gone", name)
+		}
+		i := slices.Index(sb.Spec.Providers, provider)
+		if i < 0 {
+			return shoal.FailedPrecondition("provider %q is not attached to sandbox %q", provider, name)
+		}
+		sb.Spec.Providers = slices.Delete(sb.Spec.Providers, i, i+1)
+		return nil
+	})
+}
+
+// MaxProvidersPerSandbox bounds spec.providers.
+const MaxProvidersPerSandbox = 32
+
+func live(sb *shoalv1.Sandbox) bool {
+	return sb != nil && sb.GetMeta().GetDeletionTimestamp() == nil
+}
+
+// sandboxRelated keeps attachment keys in step with a sandbox change:
+//
+//   - a provider newly referenced by a live sandbox: Put attach/ key, and
+//     compare the provider's ModRevision as read (it exists, not terminating);
+//   - a live sandbox becoming DELETING: move each attach/ key to release/;
+//   - a provider no longer referenced, or the sandbox removed: delete both.
+func (s *Store) sandboxRelated(ctx context.Context, old, new *shoalv1.Sandbox) ([]clientv3.Cmp, []clientv3.Op, error) {
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	ref := old
+	if ref == nil {
+		ref = new
+	}
+	ws, name := ref.GetMeta().GetWorkspace(), ref.GetMeta().GetName()
+	var oldProv, newProv []string
+	if old != nil {
+		oldProv = old.GetSpec().GetProviders()
+	}
+	if new != nil {
+		newProv = new.GetSpec().GetProviders()
+	}
+	for _, p := range newProv {
+		had := slices.Contains(oldProv, p)
+		switch {
+		case live(new) && !(had && live(old)):
+			rev, err := s.attachable(ctx, ws, p)
+			if err != nil {
+				return nil, nil, err
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.k.provider(ws, p)), "=", rev))
+			ops = append(ops, clientv3.OpPut(s.k.attachment(ws, p, name), new.GetMeta().GetUid()))
+		case !live(new) && live(old) && had:
+			ops = append(ops,
+				clientv3.OpDelete(s.k.attachment(ws, p, name)),
+				clientv3.OpPut(s.k.release(ws, p, name), new.GetMeta().GetUid()))
+		case !live(new) && !had:
+			return nil, nil, shoal.FailedPrecondition("sandbox %q is being deleted: provider %q cannot be attached", name, p)
+		}
+	}
+	for _, p := range oldProv {
+		if !slices.Contains(newProv, p) {
+			ops = append(ops, clientv3.OpDelete(s.k.attachment(ws, p, name)), clientv3.OpDelete(s.k.release(ws, p, name)))
+		}
+	}
+	return cmps, ops, nil
+}
+
+// attachable reads a provider that is about to gain an attachment and
+// returns the ModRevision to compare.
+func (s *Store) attachable(ctx context.Context, ws, provider string) (int64, error) {
+	resp, err := s.c.Get(ctx, s.k.provider(ws, provider))
+	if err != nil {
+		return 0, etcdErr(ctx, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, shoal.FailedPrecondition("provider %q not found in workspace %q; create it first", provider, ws)
+	}
+	p, err := providerCodec.decode(resp.Kvs[0])
+	if err != nil {
+		return 0, err
+	}
+	if p.GetMeta().GetDeletionTimestamp() != nil {
+		return 0, shoal.FailedPrecondition("provider %q is being deleted and takes no new attachments", provider)
+	}
+	return resp.Kvs[0].ModRevision, nil
+}
+
+// get reads one object.
+func get[T object](ctx context.Context, s *Store, c codec[T], key, name string) (T, error) {
+	var zero T
+	resp, err := s.c.Get(ctx, key)
+	if err != nil {
+		return zero, etcdErr(ctx, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return zero, shoal.NotFound("%s %q not found", c.kind, name)
+	}
+	return c.decode(resp.Kvs[0])
+}

@@ -1,0 +1,223 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"shoal"
+)
+
+// mutateFunc computes the desired state from the current one. cur is a
+// private copy (the zero T when the key is absent); returning the zero T
+// deletes the key. Returning a value that encodes to the stored bytes writes
+// nothing. A mutateFunc may be called many times and must not have side
+// effects beyond reads.
+type mutateFunc[T object] func(cur T) (T, error)
+
+// relatedFunc returns the extra compares and ops that must commit atomically
+// with a change from old to new (attachment keys, and compares on the
+// objects they point at).
+type relatedFunc[T object] func(ctx context.Context, old, new T) ([]clientv3.Cmp, []clientv3.Op, error)
+
+type updateSpec[T object] struct {
+	codec   codec[T]
+	key     string
+	pre     Preconditions
+	fence   *Fence
+	mutate  mutateFunc[T]
+	related relatedFunc[T]
+	// start, when set, is a copy of the current state taken from a cache;
+	// the loop then begins with its Txn and reads only on conflict.
+	start *cached[T]
+}
+
+type cached[T object] struct {
+	obj T
+	raw []byte
+	rev int64
+}
+
+// Conflicts before the loop starts to back off: the first retries are
+// immediate because the Else branch already returned the fresh state.
+const (
+	immediateRetries = 3
+	backoffBase      = time.Millisecond
+	backoffMax       = 50 * time.Millisecond
+)
+
+// update is THE read-modify-CAS loop. Every server-driven write of an object
+// goes through it:
+//
+//  1. read the object (or start from a cached copy);
+//  2. check the caller's preconditions against it, then apply mutate;
+//  3. Txn If(ModRevision(key) == read [, related compares] [, fence])
+//     Then(Put or Delete [, related ops])
+//     Else(Txn If(Value(key) == bytes read [, same compares]) Then(same ops)
+//          Else(Get key [, Get fence key]));
+//  4. on failure the Else branch is the fresh state: go to 2 without
+//     another read;
+//  5. repeat until success or ctx ends. Jittered backoff starts only
+//     after repeated conflicts.
+//
+// Only a caller precondition, a mutate error, a lost fence or the context can
+// end the loop without success.
+func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error) {
+	var zero T
+	cur, raw, rev := zero, []byte(nil), int64(0)
+	if u.start != nil {
+		cur, raw, rev = u.start.obj, u.start.raw, u.start.rev
+	} else {
+		resp, err := s.c.Get(ctx, u.key)
+		if err != nil {
+			return zero, etcdErr(ctx, err)
+		}
+		if len(resp.Kvs) > 0 {
+			kv := resp.Kvs[0]
+			if cur, err = u.codec.decode(kv); err != nil {
+				return zero, err
+			}
+			raw, rev = kv.Value, kv.ModRevision
+		}
+	}
+
+	for attempt := 0; ; attempt++ {
+		if cur == zero && u.pre.set() {
+			return zero, shoal.NotFound("%s %q not found", u.codec.kind, lastSegment(u.key))
+		}
+		if cur != zero {
+			if err := u.pre.check(u.codec.kind, cur.GetMeta()); err != nil {
+				return zero, err
+			}
+		}
+		var in T
+		if cur != zero {
+			in = clone(cur)
+		}
+		next, err := u.mutate(in)
+		if err != nil {
+			return zero, err
+		}
+		var val []byte
+		switch {
+		case cur == zero && next == zero:
+			return zero, nil
+		case next != zero:
+			if val, err = u.codec.encode(next); err != nil {
+				return zero, err
+			}
+			if cur != zero && bytes.Equal(val, raw) {
+				return cur, nil // a mutation that changes nothing writes nothing
+			}
+		}
+
+		var ops []clientv3.Op
+		if next == zero {
+			ops = append(ops, clientv3.OpDelete(u.key))
+		} else {
+			ops = append(ops, clientv3.OpPut(u.key, string(val)))
+		}
+		var extra []clientv3.Cmp
+		if u.related != nil {
+			rc, ro, err := u.related(ctx, cur, next)
+			if err != nil {
+				return zero, err
+			}
+			extra = append(extra, rc...)
+			ops = append(ops, ro...)
+		}
+		if u.fence != nil {
+			extra = append(extra, u.fence.cmp())
+		}
+		elseOps := []clientv3.Op{clientv3.OpGet(u.key)}
+		if u.fence != nil {
+			elseOps = append(elseOps, clientv3.OpGet(u.fence.Key))
+		}
+
+		// The guard is ModRevision(key) == rev. A write that bumped the
+		// revision without changing a byte (a rewrite of the identical
+		// value) does not change the state the mutation was computed
+		// from, so the Else branch retries the same writes guarded by the
+		// exact stored bytes, in the same Txn. Without it a tight loop of
+		// identical rewrites by another client could starve the update.
+		guard := clientv3.Compare(clientv3.ModRevision(u.key), "=", rev)
+		var sameBytes clientv3.Cmp
+		if cur == zero {
+			sameBytes = guard // absent stays absent: nothing to fall back to
+		} else {
+			sameBytes = clientv3.Compare(clientv3.Value(u.key), "=", string(raw))
+		}
+		resp, err := s.c.Txn(ctx).
+			If(append([]clientv3.Cmp{guard}, extra...)...).
+			Then(ops...).
+			Else(clientv3.OpTxn(append([]clientv3.Cmp{sameBytes}, extra...), ops, elseOps)).
+			Commit()
+		if err != nil {
+			return zero, etcdErr(ctx, err)
+		}
+		committedAt := resp.Header.Revision
+		if !resp.Succeeded {
+			resp = (*clientv3.TxnResponse)(resp.Responses[0].GetResponseTxn())
+		}
+		if resp.Succeeded {
+			if next == zero {
+				return zero, nil
+			}
+			next.GetMeta().ResourceVersion = committedAt
+			return next, nil
+		}
+
+		if u.fence != nil {
+			fk := resp.Responses[1].GetResponseRange().GetKvs()
+			if len(fk) == 0 || fk[0].CreateRevision != u.fence.Revision {
+				return zero, ErrFenced
+			}
+		}
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			cur, raw, rev = zero, nil, 0
+		} else {
+			if cur, err = u.codec.decode(kvs[0]); err != nil {
+				return zero, err
+			}
+			raw, rev = kvs[0].Value, kvs[0].ModRevision
+		}
+		if attempt >= immediateRetries {
+			if err := backoff(ctx, attempt-immediateRetries); err != nil {
+				return zero, err
+			}
+		}
+	}
+}
+
+func backoff(ctx context.Context, n int) error {
+	d := backoffBase << min(n, 6)
+	d = min(d, backoffMax)
+	d = d/2 + rand.N(d/2+1)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctxErr(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+func ctxErr(ctx context.Context) error {
+	return fmt.Errorf("gave up: %w", context.Cause(ctx))
+}
+
+// etcdErr classifies a failed etcd call: the caller's context ending is
+// reported as such; anything else means etcd could not be reached or
+// refused the request.
+func etcdErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctxErr(ctx)
+	}
+	return shoal.Unavailable("etcd: %v", err)
+}

@@ -1,0 +1,128 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+)
+
+// Event is one change to an object. A terminal event carries Err and is
+// the last one on its channel.
+type Event[T any] struct {
+	Type     shoalv1.EventType
+	Object   T
+	Revision int64
+	Err      error
+}
+
+// WatchSandboxes streams sandbox changes in a workspace ("" for all), or of
+// one sandbox when name is set, after revision fromRev. With fromRev 0 the
+// current state comes first as ADDED events. The channel closes when ctx
+// ends; a compacted fromRev yields a terminal KindGone error.
+func (s *Store) WatchSandboxes(ctx context.Context, ws, name string, fromRev int64) <-chan Event[*shoalv1.Sandbox] {
+	key, prefix := s.k.allSandboxes(), true
+	switch {
+	case name != "":
+		key, prefix = s.k.sandbox(ws, name), false
+	case ws != "":
+		key = s.k.sandboxes(ws)
+	}
+	return watch(ctx, s, sandboxCodec, key, prefix, fromRev)
+}
+
+// WatchProviders streams provider changes in all workspaces.
+func (s *Store) WatchProviders(ctx context.Context, fromRev int64) <-chan Event[*shoalv1.Provider] {
+	return watch(ctx, s, providerCodec, s.k.allProviders(), true, fromRev)
+}
+
+func watch[T object](ctx context.Context, s *Store, c codec[T], key string, prefix bool, fromRev int64) <-chan Event[T] {
+	out := make(chan Event[T], 64)
+	go func() {
+		defer close(out)
+		send := func(e Event[T]) bool {
+			select {
+			case out <- e:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		if fromRev == 0 {
+			opts := []clientv3.OpOption{}
+			if prefix {
+				opts = append(opts, clientv3.WithPrefix())
+			}
+			resp, err := s.c.Get(ctx, key, opts...)
+			if err != nil {
+				send(Event[T]{Err: etcdErr(ctx, err)})
+				return
+			}
+			for _, kv := range resp.Kvs {
+				obj, err := c.decode(kv)
+				if err != nil {
+					send(Event[T]{Err: err})
+					return
+				}
+				if !send(Event[T]{Type: shoalv1.EventType_ADDED, Object: obj, Revision: kv.ModRevision}) {
+					return
+				}
+			}
+			fromRev = resp.Header.Revision
+		}
+		opts := []clientv3.OpOption{clientv3.WithRev(fromRev + 1), clientv3.WithPrevKV()}
+		if prefix {
+			opts = append(opts, clientv3.WithPrefix())
+		}
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		defer cancel()
+		for wr := range s.c.Watch(wctx, key, opts...) {
+			if err := wr.Err(); err != nil {
+				if errors.Is(err, rpctypes.ErrCompacted) {
+					send(Event[T]{Err: shoal.Gone("resource_version %d is too old (compacted at %d); list again and watch from the list's resource_version", fromRev, wr.CompactRevision)})
+				} else {
+					send(Event[T]{Err: etcdErr(ctx, err)})
+				}
+				return
+			}
+			for _, ev := range wr.Events {
+				var e Event[T]
+				var err error
+				switch {
+				case ev.Type == clientv3.EventTypeDelete:
+					e.Type = shoalv1.EventType_DELETED
+					if ev.PrevKv == nil {
+						continue
+					}
+					e.Object, err = c.decode(ev.PrevKv)
+					if err == nil {
+						e.Object.GetMeta().ResourceVersion = ev.Kv.ModRevision
+					}
+				case ev.IsCreate():
+					e.Type = shoalv1.EventType_ADDED
+					e.Object, err = c.decode(ev.Kv)
+				default:
+					e.Type = shoalv1.EventType_MODIFIED
+					e.Object, err = c.decode(ev.Kv)
+				}
+				if err != nil {
+					send(Event[T]{Err: err})
+					return
+				}
+				e.Revision = ev.Kv.ModRevision
+				fromRev = e.Revision
+				if !send(e) {
+					return
+				}
+			}
+		}
+		if ctx.Err() == nil {
+			send(Event[T]{Err: shoal.Unavailable("watch ended: etcd lost its leader or closed the stream")})
+		}
+	}()
+	return out
+}
