@@ -1,0 +1,8 @@
+// Package lease runs leader election on an etcd lease
+// (client/v3/concurrency) and hands the leader a fencing token.
+//
+// The lease is an optimisation: it tells a node when to stop. Safety comes
+// from the token, the create revision of the leader's election key, which
+// every leader-only write compares in its own Txn (store.Fence). A node that
+// was paused past its TTL may still believe it leads, but its writes fail.
+package lease

@@ -1,0 +1,168 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"shoal/store"
+)
+
+// Config of an elector.
+type Config struct {
+	// Prefix is the election key prefix (store.LeaderPrefix()).
+	Prefix string
+	// ID identifies this node in the election key's value.
+	ID string
+	// TTL of the lease. A lost leader is replaced after at most TTL.
+	TTL time.Duration
+	// RetryInterval between campaigns after an error.
+	RetryInterval time.Duration
+	Logger        *slog.Logger
+}
+
+// DefaultTTL is the lease TTL unless configured.
+const DefaultTTL = 10 * time.Second
+
+// Validate reports the first bad field.
+func (c *Config) Validate() error {
+	if c.Prefix == "" {
+		return errors.New("lease prefix: must be set")
+	}
+	if c.ID == "" {
+		return errors.New("lease id: must be set")
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.TTL < time.Second {
+		return fmt.Errorf("lease ttl: %s is below the 1s minimum", c.TTL)
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Leadership is one term of leadership.
+type Leadership struct {
+	fence store.Fence
+	done  <-chan struct{}
+}
+
+// Fence is the token every leader-only write must compare.
+func (l *Leadership) Fence() *store.Fence { f := l.fence; return &f }
+
+// Done is closed when the lease is lost.
+func (l *Leadership) Done() <-chan struct{} { return l.done }
+
+// Elector campaigns for leadership and runs the leader's work.
+type Elector struct {
+	c   *clientv3.Client
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	leader bool
+	terms  int
+}
+
+// New returns an Elector.
+func New(c *clientv3.Client, cfg Config) (*Elector, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Elector{c: c, cfg: cfg, log: cfg.Logger.With("subsystem", "lease")}, nil
+}
+
+// IsLeader reports whether this node holds leadership now.
+func (e *Elector) IsLeader() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.leader
+}
+
+// Terms is how many times this node has won.
+func (e *Elector) Terms() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.terms
+}
+
+// Run campaigns until ctx ends. Each time it wins it calls lead with a
+// context that is cancelled the moment the lease is lost, and waits for lead
+// to return before campaigning again. Run returns ctx's error.
+func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, l *Leadership) error) error {
+	for ctx.Err() == nil {
+		if err := e.term(ctx, lead); err != nil && ctx.Err() == nil {
+			e.log.Warn("leadership term ended", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(e.cfg.RetryInterval):
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+func (e *Elector) term(ctx context.Context, lead func(context.Context, *Leadership) error) error {
+	sess, err := concurrency.NewSession(e.c, concurrency.WithTTL(int(e.cfg.TTL.Seconds())), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("lease: %w", err)
+	}
+	defer sess.Close()
+	// The term's context ends with ctx or with the session.
+	tctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-sess.Done():
+			cancel()
+		case <-tctx.Done():
+		}
+	}()
+	defer wg.Wait()
+	defer cancel()
+
+	el := concurrency.NewElection(sess, e.cfg.Prefix)
+	if err := el.Campaign(tctx, e.cfg.ID); err != nil {
+		return fmt.Errorf("campaign: %w", err)
+	}
+	l := &Leadership{fence: store.Fence{Key: el.Key(), Revision: el.Rev()}, done: tctx.Done()}
+	e.mu.Lock()
+	e.leader, e.terms = true, e.terms+1
+	e.mu.Unlock()
+	e.log.Info("became leader", "key", el.Key(), "fence", el.Rev())
+	err = lead(tctx, l)
+	e.mu.Lock()
+	e.leader = false
+	e.mu.Unlock()
+	lost := tctx.Err() != nil && ctx.Err() == nil
+	if ctx.Err() == nil && !lost {
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = el.Resign(rctx)
+		rcancel()
+	}
+	if lost {
+		e.log.Warn("leader lease lost; leader-only work stopped")
+		return errors.New("leader lease lost")
+	}
+	if ctx.Err() != nil {
+		// Shutting down: give leadership up now rather than after the TTL.
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = el.Resign(rctx)
+		rcancel()
+	}
+	return err
+}
