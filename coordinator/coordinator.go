@@ -14,6 +14,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/lease"
 	"shoal/store"
+	"shoal/workqueue"
 )
 
 // Runtime is what teardown needs of the container runtime.
@@ -95,35 +96,36 @@ func (t task) key() string {
 // lead runs one term. It returns when ctx ends (lease lost or shutdown).
 func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 	fence := l.Fence()
-	q := newQueue()
+	q := workqueue.New(task.key)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() { <-ctx.Done(); q.close() }()
+	wg.Add(1)
+	go func() { defer wg.Done(); <-ctx.Done(); q.Close() }()
 
 	for range c.cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				t, ok := q.get()
+				t, ok := q.Get()
 				if !ok {
 					return
 				}
 				err := c.process(ctx, fence, t)
 				switch {
 				case err == nil:
-					q.done(t, 0)
+					q.Done(t, 0)
 				case errors.Is(err, store.ErrFenced):
 					c.log.Warn("fenced out; stopping leader loops", "err", err)
 					cancel()
-					q.done(t, 0)
+					q.Done(t, 0)
 				default:
 					if ctx.Err() == nil {
 						c.log.Warn("teardown step failed; will retry", "task", t.key(), "err", err)
 					}
-					q.done(t, time.Second)
+					q.Done(t, time.Second)
 				}
 			}
 		}()
@@ -147,7 +149,7 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 				continue
 			}
 			if sb := ev.Object; ev.Type != shoalv1.EventType_DELETED && sb.GetMeta().GetDeletionTimestamp() != nil {
-				q.add(sandboxTask(sb))
+				q.Add(sandboxTask(sb))
 			}
 		case ev, ok := <-providers:
 			if !ok || ev.Err != nil {
@@ -159,7 +161,7 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 				continue
 			}
 			if p := ev.Object; ev.Type != shoalv1.EventType_DELETED && p.GetMeta().GetDeletionTimestamp() != nil {
-				q.add(task{ws: p.Meta.Workspace, name: p.Meta.Name, provider: true})
+				q.Add(task{ws: p.Meta.Workspace, name: p.Meta.Name, provider: true})
 			}
 		case <-tick.C:
 			c.resync(ctx, q)
@@ -171,7 +173,7 @@ func sandboxTask(sb *shoalv1.Sandbox) task {
 	return task{ws: sb.Meta.Workspace, name: sb.Meta.Name, uid: sb.Meta.Uid, providers: sb.GetSpec().GetProviders()}
 }
 
-func (c *Coordinator) resync(ctx context.Context, q *queue) {
+func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) {
 	page, err := c.cfg.Store.ListSandboxes(ctx, "", store.ListOptions{}, func(sb *shoalv1.Sandbox) bool {
 		return sb.GetMeta().GetDeletionTimestamp() != nil
 	})
@@ -179,7 +181,7 @@ func (c *Coordinator) resync(ctx context.Context, q *queue) {
 		c.log.Warn("resync: list sandboxes", "err", err)
 	}
 	for _, sb := range page.Items {
-		q.add(sandboxTask(sb))
+		q.Add(sandboxTask(sb))
 	}
 	pp, err := c.cfg.Store.ListProviders(ctx, "", store.ListOptions{}, func(p *shoalv1.Provider) bool {
 		return p.GetMeta().GetDeletionTimestamp() != nil
@@ -188,7 +190,7 @@ func (c *Coordinator) resync(ctx context.Context, q *queue) {
 		c.log.Warn("resync: list providers", "err", err)
 	}
 	for _, p := range pp.Items {
-		q.add(task{ws: p.Meta.Workspace, name: p.Meta.Name, provider: true})
+		q.Add(task{ws: p.Meta.Workspace, name: p.Meta.Name, provider: true})
 	}
 }
 

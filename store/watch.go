@@ -126,3 +126,8 @@ func watch[T object](ctx context.Context, s *Store, c codec[T], key string, pref
 	}()
 	return out
 }
+
+// WatchProvider streams changes of one provider after fromRev.
+func (s *Store) WatchProvider(ctx context.Context, ws, name string, fromRev int64) <-chan Event[*shoalv1.Provider] {
+	return watch(ctx, s, providerCodec, s.k.provider(ws, name), false, fromRev)
+}

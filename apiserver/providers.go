@@ -1,0 +1,114 @@
+package apiserver
+
+import (
+	"context"
+	"maps"
+
+	"google.golang.org/protobuf/proto"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/store"
+)
+
+func (s *Server) CreateProvider(ctx context.Context, req *shoalv1.CreateProviderRequest) (*shoalv1.Provider, error) {
+	if err := validateProvider(req.GetProvider(), true); err != nil {
+		return nil, err
+	}
+	p := proto.Clone(req.Provider).(*shoalv1.Provider)
+	p.Meta.Workspace = ws(p.Meta.Workspace)
+	created, err := s.cfg.Store.CreateProvider(ctx, p)
+	return redact(created), err
+}
+
+func (s *Server) GetProvider(ctx context.Context, req *shoalv1.GetProviderRequest) (*shoalv1.Provider, error) {
+	if err := validateRef(req.Workspace, req.Name); err != nil {
+		return nil, err
+	}
+	p, err := s.cfg.Store.GetProvider(ctx, ws(req.Workspace), req.Name)
+	return redact(p), err
+}
+
+func (s *Server) ListProviders(ctx context.Context, req *shoalv1.ListProvidersRequest) (*shoalv1.ListProvidersResponse, error) {
+	if err := validWorkspace("workspace", req.Workspace); err != nil {
+		return nil, err
+	}
+	if err := validPageSize(req.PageSize); err != nil {
+		return nil, err
+	}
+	o, err := decodeToken(req.PageToken, pageLimit(req.PageSize))
+	if err != nil {
+		return nil, err
+	}
+	page, err := s.cfg.Store.ListProviders(ctx, ws(req.Workspace), o, nil)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]*shoalv1.Provider, len(page.Items))
+	for i, p := range page.Items {
+		items[i] = redact(p)
+	}
+	return &shoalv1.ListProvidersResponse{Items: items, NextPageToken: encodeToken(page.Next), ResourceVersion: page.Revision}, nil
+}
+
+func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProviderRequest) (*shoalv1.Provider, error) {
+	if err := validateProvider(req.GetProvider(), false); err != nil {
+		return nil, err
+	}
+	if req.ResourceVersion < 0 {
+		return nil, shoal.Invalid("resource_version", "must not be negative")
+	}
+	in := req.Provider
+	p, err := s.cfg.Store.UpdateProvider(ctx, ws(in.Meta.Workspace), in.Meta.Name, store.Preconditions{ResourceVersion: req.ResourceVersion},
+		func(p *shoalv1.Provider) error {
+			if p.Meta.DeletionTimestamp != nil {
+				return shoal.FailedPrecondition("provider %q is being deleted", in.Meta.Name)
+			}
+			if in.Type != shoalv1.ProviderType_PROVIDER_TYPE_UNSPECIFIED {
+				p.Type = in.Type
+			}
+			if req.UpdateCredentials {
+				p.Credentials = maps.Clone(in.Credentials)
+			}
+			if req.UpdateConfig {
+				p.Config = maps.Clone(in.Config)
+			}
+			if req.UpdateLabels {
+				p.Meta.Labels = maps.Clone(in.Meta.Labels)
+			}
+			return nil
+		})
+	return redact(p), err
+}
+
+func (s *Server) DeleteProvider(ctx context.Context, req *shoalv1.DeleteProviderRequest) (*shoalv1.DeleteProviderResponse, error) {
+	if err := validateRef(req.Workspace, req.Name); err != nil {
+		return nil, err
+	}
+	pre := store.Preconditions{UID: req.GetPreconditions().GetUid(), ResourceVersion: req.GetPreconditions().GetResourceVersion()}
+	deleted, p, err := s.cfg.Store.DeleteProvider(ctx, ws(req.Workspace), req.Name, pre)
+	if err != nil {
+		return nil, err
+	}
+	if deleted || !req.Wait {
+		return &shoalv1.DeleteProviderResponse{Deleted: deleted, Provider: redact(p)}, nil
+	}
+	if err := s.waitProviderGone(ctx, p); err != nil {
+		return nil, err
+	}
+	return &shoalv1.DeleteProviderResponse{Deleted: true}, nil
+}
+
+func (s *Server) waitProviderGone(ctx context.Context, p *shoalv1.Provider) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for ev := range s.cfg.Store.WatchProvider(ctx, p.Meta.Workspace, p.Meta.Name, p.Meta.ResourceVersion) {
+		if ev.Err != nil {
+			return ev.Err
+		}
+		if ev.Type == shoalv1.EventType_DELETED || ev.Object.Meta.Uid != p.Meta.Uid {
+			return nil
+		}
+	}
+	return ctxDone(ctx, "waiting for provider "+p.Meta.Name+" to be removed")
+}

@@ -1,0 +1,289 @@
+package apiserver
+
+import (
+	"context"
+	"io"
+
+	"google.golang.org/protobuf/proto"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/store"
+)
+
+func (s *Server) CreateSandbox(ctx context.Context, req *shoalv1.CreateSandboxRequest) (*shoalv1.Sandbox, error) {
+	if err := validateSandbox(req.GetSandbox()); err != nil {
+		return nil, err
+	}
+	sb := proto.Clone(req.Sandbox).(*shoalv1.Sandbox)
+	sb.Meta.Workspace = ws(sb.Meta.Workspace)
+	if sb.Spec == nil {
+		sb.Spec = &shoalv1.SandboxSpec{}
+	}
+	if sb.Spec.Image == "" {
+		sb.Spec.Image = s.cfg.DefaultImage
+	}
+	sb.Status = &shoalv1.SandboxStatus{Node: s.cfg.Node}
+	created, err := s.cfg.Store.CreateSandbox(ctx, sb)
+	if err != nil || !req.Wait {
+		return created, err
+	}
+	return s.waitProvisioned(ctx, created)
+}
+
+// waitProvisioned follows the sandbox until it leaves PROVISIONING.
+func (s *Server) waitProvisioned(ctx context.Context, sb *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
+	m := sb.Meta
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for ev := range s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion) {
+		if ev.Err != nil {
+			return nil, ev.Err
+		}
+		cur := ev.Object
+		if cur.Meta.Uid != m.Uid || ev.Type == shoalv1.EventType_DELETED {
+			return nil, shoal.NotFound("sandbox %q was deleted while it was being provisioned", m.Name)
+		}
+		if cur.Status.GetPhase() != shoalv1.SandboxPhase_PROVISIONING {
+			return cur, nil
+		}
+	}
+	return nil, ctxDone(ctx, "waiting for sandbox "+m.Name+" to become READY")
+}
+
+func ctxDone(ctx context.Context, what string) error {
+	if ctx.Err() == context.DeadlineExceeded {
+		return shoal.Unavailable("timed out %s", what)
+	}
+	return ctx.Err()
+}
+
+func (s *Server) GetSandbox(ctx context.Context, req *shoalv1.GetSandboxRequest) (*shoalv1.Sandbox, error) {
+	if err := validateRef(req.Workspace, req.Name); err != nil {
+		return nil, err
+	}
+	return s.cfg.Store.GetSandbox(ctx, ws(req.Workspace), req.Name)
+}
+
+func (s *Server) ListSandboxes(ctx context.Context, req *shoalv1.ListSandboxesRequest) (*shoalv1.ListSandboxesResponse, error) {
+	if err := validWorkspace("workspace", req.Workspace); err != nil {
+		return nil, err
+	}
+	if err := validPageSize(req.PageSize); err != nil {
+		return nil, err
+	}
+	sel, err := parseSelector(req.LabelSelector)
+	if err != nil {
+		return nil, err
+	}
+	o, err := decodeToken(req.PageToken, pageLimit(req.PageSize))
+	if err != nil {
+		return nil, err
+	}
+	page, err := s.cfg.Store.ListSandboxes(ctx, ws(req.Workspace), o, func(sb *shoalv1.Sandbox) bool {
+		return sel.matches(sb.GetMeta().GetLabels())
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &shoalv1.ListSandboxesResponse{Items: page.Items, NextPageToken: encodeToken(page.Next), ResourceVersion: page.Revision}, nil
+}
+
+func (s *Server) UpdateSandbox(ctx context.Context, req *shoalv1.UpdateSandboxRequest) (*shoalv1.Sandbox, error) {
+	if err := validateRef(req.Workspace, req.Name); err != nil {
+		return nil, err
+	}
+	if err := validLabels("set_labels", req.SetLabels); err != nil {
+		return nil, err
+	}
+	for _, k := range req.RemoveLabels {
+		if err := validLabelKey("remove_labels", k); err != nil {
+			return nil, err
+		}
+	}
+	if err := validAnnotations("set_annotations", req.SetAnnotations); err != nil {
+		return nil, err
+	}
+	for _, k := range req.RemoveAnnotations {
+		if err := validLabelKey("remove_annotations", k); err != nil {
+			return nil, err
+		}
+	}
+	return s.cfg.Store.UpdateSandbox(ctx, ws(req.Workspace), req.Name, store.Preconditions{ResourceVersion: req.ResourceVersion},
+		func(sb *shoalv1.Sandbox) error {
+			labels, ann := copyMap(sb.Meta.Labels), copyMap(sb.Meta.Annotations)
+			for k, v := range req.SetLabels {
+				labels[k] = v
+			}
+			for _, k := range req.RemoveLabels {
+				delete(labels, k)
+			}
+			for k, v := range req.SetAnnotations {
+				ann[k] = v
+			}
+			for _, k := range req.RemoveAnnotations {
+				delete(ann, k)
+			}
+			if err := validLabels("set_labels", labels); err != nil {
+				return err
+			}
+			if err := validAnnotations("set_annotations", ann); err != nil {
+				return err
+			}
+			sb.Meta.Labels, sb.Meta.Annotations = labels, ann
+			return nil
+		})
+}
+
+// DeleteSandbox records the deletion intent. It succeeds whatever other
+// writers do; only the caller's preconditions can make it fail. With wait
+// it returns when the record is gone.
+func (s *Server) DeleteSandbox(ctx context.Context, req *shoalv1.DeleteSandboxRequest) (*shoalv1.DeleteSandboxResponse, error) {
+	if err := validateRef(req.Workspace, req.Name); err != nil {
+		return nil, err
+	}
+	pre := store.Preconditions{UID: req.GetPreconditions().GetUid(), ResourceVersion: req.GetPreconditions().GetResourceVersion()}
+	if pre.ResourceVersion < 0 {
+		return nil, shoal.Invalid("preconditions.resource_version", "must not be negative")
+	}
+	sb, err := s.cfg.Store.MarkSandboxDeleting(ctx, ws(req.Workspace), req.Name, pre)
+	if err != nil {
+		return nil, err
+	}
+	if !req.Wait {
+		return &shoalv1.DeleteSandboxResponse{Sandbox: sb}, nil
+	}
+	if err := s.waitGone(ctx, sb); err != nil {
+		return nil, err
+	}
+	return &shoalv1.DeleteSandboxResponse{}, nil
+}
+
+// waitGone follows the sandbox's key from the revision it was marked at
+// until that uid's record is deleted.
+func (s *Server) waitGone(ctx context.Context, sb *shoalv1.Sandbox) error {
+	m := sb.Meta
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for ev := range s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion) {
+		if ev.Err != nil {
+			return ev.Err
+		}
+		if ev.Type == shoalv1.EventType_DELETED || ev.Object.Meta.Uid != m.Uid {
+			return nil
+		}
+	}
+	return ctxDone(ctx, "waiting for sandbox "+m.Name+" to be removed")
+}
+
+func (s *Server) WatchSandboxes(req *shoalv1.WatchSandboxesRequest, stream shoalv1.Shoal_WatchSandboxesServer) error {
+	if err := validWorkspace("workspace", req.Workspace); err != nil {
+		return err
+	}
+	if req.Name != "" {
+		if err := validName("name", req.Name); err != nil {
+			return err
+		}
+	}
+	if req.ResourceVersion < 0 {
+		return shoal.Invalid("resource_version", "must not be negative")
+	}
+	ctx := stream.Context()
+	for ev := range s.cfg.Store.WatchSandboxes(ctx, ws(req.Workspace), req.Name, req.ResourceVersion) {
+		if ev.Err != nil {
+			return ev.Err
+		}
+		if err := stream.Send(&shoalv1.WatchEvent{Type: ev.Type, Sandbox: ev.Object, ResourceVersion: ev.Revision}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) runningContainer(ctx context.Context, w, name string) (string, error) {
+	if s.cfg.Runtime == nil {
+		return "", shoal.Unavailable("this node has no container runtime")
+	}
+	sb, err := s.cfg.Store.GetSandbox(ctx, ws(w), name)
+	if err != nil {
+		return "", err
+	}
+	if sb.Meta.DeletionTimestamp != nil {
+		return "", shoal.FailedPrecondition("sandbox %q is being deleted", name)
+	}
+	id := sb.Status.GetContainerId()
+	if id == "" {
+		return "", shoal.FailedPrecondition("sandbox %q has no container yet (phase %s); wait until it is READY", name, sb.Status.GetPhase())
+	}
+	return id, nil
+}
+
+func (s *Server) Exec(ctx context.Context, req *shoalv1.ExecRequest) (*shoalv1.ExecResponse, error) {
+	if err := validateRef(req.Workspace, req.Name); err != nil {
+		return nil, err
+	}
+	if len(req.Command) == 0 {
+		return nil, shoal.Invalid("command", "is required")
+	}
+	if len(req.Command) > MaxCommandArgs {
+		return nil, shoal.Invalid("command", "%d arguments; at most %d are allowed", len(req.Command), MaxCommandArgs)
+	}
+	id, err := s.runningContainer(ctx, req.Workspace, req.Name)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.cfg.Runtime.Exec(ctx, id, req.Command, req.Stdin)
+	if err != nil {
+		return nil, err
+	}
+	return &shoalv1.ExecResponse{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: int32(res.ExitCode)}, nil
+}
+
+type chunkWriter struct {
+	stream shoalv1.Shoal_LogsServer
+	name   string
+}
+
+func (w chunkWriter) Write(p []byte) (int, error) {
+	if err := w.stream.Send(&shoalv1.LogsChunk{Data: append([]byte(nil), p...), Stream: w.name}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (s *Server) Logs(req *shoalv1.LogsRequest, stream shoalv1.Shoal_LogsServer) error {
+	if err := validateRef(req.Workspace, req.Name); err != nil {
+		return err
+	}
+	if req.TailLines < 0 {
+		return shoal.Invalid("tail_lines", "must not be negative")
+	}
+	ctx := stream.Context()
+	id, err := s.runningContainer(ctx, req.Workspace, req.Name)
+	if err != nil {
+		return err
+	}
+	return s.cfg.Runtime.Logs(ctx, id, req.Follow, int(req.TailLines), chunkWriter{stream, "stdout"}, chunkWriter{stream, "stderr"})
+}
+
+func (s *Server) AttachProvider(ctx context.Context, req *shoalv1.AttachProviderRequest) (*shoalv1.Sandbox, error) {
+	if err := validateRef(req.Workspace, req.Name); err != nil {
+		return nil, err
+	}
+	if err := validName("provider", req.Provider); err != nil {
+		return nil, err
+	}
+	return s.cfg.Store.AttachProvider(ctx, ws(req.Workspace), req.Name, req.Provider)
+}
+
+func (s *Server) DetachProvider(ctx context.Context, req *shoalv1.DetachProviderRequest) (*shoalv1.Sandbox, error) {
+	if err := validateRef(req.Workspace, req.Name); err != nil {
+		return nil, err
+	}
+	if err := validName("provider", req.Provider); err != nil {
+		return nil, err
+	}
+	return s.cfg.Store.DetachProvider(ctx, ws(req.Workspace), req.Name, req.Provider)
+}
+
+var _ io.Writer = chunkWriter{}

@@ -1,0 +1,190 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"maps"
+	"runtime/debug"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/docker"
+	"shoal/store"
+)
+
+// Runtime is what the API needs of the node's container runtime.
+type Runtime interface {
+	Exec(ctx context.Context, id string, cmd []string, stdin []byte) (docker.ExecResult, error)
+	Logs(ctx context.Context, id string, follow bool, tail int, stdout, stderr io.Writer) error
+}
+
+var _ Runtime = (*docker.Runtime)(nil)
+
+// Config of a Server.
+type Config struct {
+	Store *store.Store
+	// Runtime may be nil: Exec and Logs then answer UNAVAILABLE.
+	Runtime Runtime
+	// Node is assigned to the sandboxes this server creates.
+	Node string
+	// DefaultImage for sandboxes that name none.
+	DefaultImage string
+	Logger       *slog.Logger
+	Tracer       trace.Tracer
+}
+
+// Server implements shoal.v1.Shoal.
+type Server struct {
+	shoalv1.UnimplementedShoalServer
+	cfg Config
+	log *slog.Logger
+}
+
+var _ shoalv1.ShoalServer = (*Server)(nil)
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Node == "" {
+		return nil, errors.New("apiserver: store and node are required")
+	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = docker.DefaultImage
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tracer == nil {
+		cfg.Tracer = noop.NewTracerProvider().Tracer("shoal/apiserver")
+	}
+	return &Server{cfg: cfg, log: cfg.Logger.With("subsystem", "api")}, nil
+}
+
+// ServerOptions are the grpc.Server options the service expects: the
+// request size limit and the interceptors that map errors, recover panics,
+// trace and log (method, code and duration only: never a request body).
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.ChainUnaryInterceptor(s.unary),
+		grpc.ChainStreamInterceptor(s.stream),
+	}
+}
+
+func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	start := time.Now()
+	ctx, span := s.cfg.Tracer.Start(ctx, info.FullMethod, trace.WithSpanKind(trace.SpanKindServer))
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic in handler", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+			err = shoal.GRPCStatus(errors.New("internal error"))
+		}
+		s.finish(span, info.FullMethod, start, err)
+	}()
+	resp, err = h(ctx, req)
+	return resp, shoal.GRPCStatus(err)
+}
+
+func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	start := time.Now()
+	_, span := s.cfg.Tracer.Start(ss.Context(), info.FullMethod, trace.WithSpanKind(trace.SpanKindServer))
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("panic in handler", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+			err = shoal.GRPCStatus(errors.New("internal error"))
+		}
+		s.finish(span, info.FullMethod, start, err)
+	}()
+	return shoal.GRPCStatus(h(srv, ss))
+}
+
+func (s *Server) finish(span trace.Span, method string, start time.Time, err error) {
+	st, _ := status.FromError(err)
+	span.SetAttributes(attribute.String("rpc.grpc.status_code", st.Code().String()))
+	if err != nil {
+		span.SetStatus(codes.Error, st.Code().String())
+	}
+	span.End()
+	s.log.Debug("rpc", "method", method, "code", st.Code().String(), "duration", time.Since(start))
+}
+
+func ws(w string) string {
+	if w == "" {
+		return store.DefaultWorkspace
+	}
+	return w
+}
+
+// pageToken is the opaque continuation of a paged list.
+type pageToken struct {
+	After    string `json:"a"`
+	Revision int64  `json:"r"`
+}
+
+func encodeToken(o *store.ListOptions) string {
+	if o == nil {
+		return ""
+	}
+	b, _ := json.Marshal(pageToken{After: o.After, Revision: o.Revision})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeToken(tok string, limit int64) (store.ListOptions, error) {
+	o := store.ListOptions{Limit: limit}
+	if tok == "" {
+		return o, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	var pt pageToken
+	if err == nil {
+		err = json.Unmarshal(b, &pt)
+	}
+	if err != nil || pt.Revision <= 0 {
+		return o, shoal.Invalid("page_token", "is not a token from a previous response")
+	}
+	o.After, o.Revision = pt.After, pt.Revision
+	return o, nil
+}
+
+func pageLimit(n int32) int64 {
+	if n == 0 {
+		return 500
+	}
+	return int64(n)
+}
+
+// redact replaces every credential value; keys stay visible.
+func redact(p *shoalv1.Provider) *shoalv1.Provider {
+	if p == nil {
+		return nil
+	}
+	out := &shoalv1.Provider{Meta: p.Meta, Type: p.Type, Config: p.Config}
+	if len(p.Credentials) > 0 {
+		out.Credentials = make(map[string]string, len(p.Credentials))
+		for k := range p.Credentials {
+			out.Credentials[k] = Redacted
+		}
+	}
+	return out
+}
+
+// Redacted stands in for every credential value in responses.
+const Redacted = "<redacted>"
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return maps.Clone(m)
+}

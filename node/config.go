@@ -1,0 +1,136 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"shoal/docker"
+	"shoal/embedetcd"
+	"shoal/lease"
+	"shoal/store"
+)
+
+// Config of a node. DefaultConfig fills every field; flags override.
+type Config struct {
+	// ID names this node in sandbox status, container labels and the
+	// leader election. Default: the host name.
+	ID string
+	// DataDir holds the embedded etcd's data. Default: $XDG_DATA_HOME/shoal
+	// or ~/.local/share/shoal.
+	DataDir string
+	// EtcdEndpoints, when set, uses an external etcd instead of embedding one.
+	EtcdEndpoints []string
+	// EtcdListenClient and EtcdListenPeer are the embedded etcd's URLs.
+	EtcdListenClient string
+	EtcdListenPeer   string
+	// Listen is the gRPC API address.
+	Listen string
+	// DockerHost is the Docker engine address; empty means DOCKER_HOST or
+	// the default socket.
+	DockerHost string
+	// Prefix is the etcd key prefix.
+	Prefix       string
+	DefaultImage string
+	LeaseTTL     time.Duration
+	Resync       time.Duration
+	OrphanGrace  time.Duration
+	// ShutdownTimeout bounds the graceful part of shutdown.
+	ShutdownTimeout time.Duration
+	// UnsafeNoFsync is for tests only.
+	UnsafeNoFsync bool
+
+	Logger *slog.Logger
+	Tracer trace.TracerProvider
+}
+
+// DefaultListen is the API's default address.
+const DefaultListen = "127.0.0.1:7443"
+
+// DefaultConfig returns a single-node development configuration.
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	return Config{
+		ID:               sanitizeID(host),
+		DataDir:          defaultDataDir(),
+		EtcdListenClient: "http://127.0.0.1:2379",
+		EtcdListenPeer:   "http://127.0.0.1:2380",
+		Listen:           DefaultListen,
+		Prefix:           store.DefaultPrefix,
+		DefaultImage:     docker.DefaultImage,
+		LeaseTTL:         lease.DefaultTTL,
+		Resync:           10 * time.Second,
+		OrphanGrace:      30 * time.Second,
+		ShutdownTimeout:  10 * time.Second,
+	}
+}
+
+func defaultDataDir() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "shoal")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "share", "shoal")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("shoal-%d", os.Getuid()))
+}
+
+func sanitizeID(s string) string {
+	s = strings.ToLower(s)
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			b[i] = '-'
+		}
+	}
+	if len(b) == 0 {
+		return "node"
+	}
+	return string(b)
+}
+
+// Validate reports the first bad field by its flag name.
+func (c *Config) Validate() error {
+	if c.ID == "" {
+		return errors.New("--node-id: must be set")
+	}
+	if len(c.EtcdEndpoints) == 0 {
+		if c.DataDir == "" {
+			return errors.New("--data-dir: must be set when etcd is embedded")
+		}
+		ec := embedetcd.DefaultConfig(c.DataDir)
+		ec.ListenClient, ec.ListenPeer = c.EtcdListenClient, c.EtcdListenPeer
+		if err := ec.Validate(); err != nil {
+			return fmt.Errorf("--%w", err)
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("--listen: %q is not host:port: %v", c.Listen, err)
+	}
+	if !strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") {
+		return fmt.Errorf("--prefix: %q must start with '/' and not end with one", c.Prefix)
+	}
+	if c.LeaseTTL < time.Second {
+		return fmt.Errorf("--lease-ttl: %s is below the 1s minimum", c.LeaseTTL)
+	}
+	if c.Resync <= 0 {
+		return fmt.Errorf("--resync: must be positive")
+	}
+	if c.OrphanGrace <= 0 {
+		return fmt.Errorf("--orphan-grace: must be positive")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	return nil
+}

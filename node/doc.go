@@ -1,0 +1,12 @@
+// Package node is the shoal server process. It wires the parts together
+// and owns their lifetimes:
+//
+//	etcd (embedded, or external endpoints)
+//	└─ store ─┬─ apiserver (gRPC on --listen)
+//	          ├─ coordinator (leader-only, under lease)
+//	          └─ agent (node-local) ── docker runtime
+//
+// Run starts them in that order and stops them in reverse: the API stops
+// taking requests (graceful, then forced), the loops return, the etcd
+// client closes, and the embedded etcd stops last.
+package node

@@ -1,0 +1,201 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/trace/noop"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	"shoal/agent"
+	"shoal/apiserver"
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/coordinator"
+	"shoal/docker"
+	"shoal/embedetcd"
+	"shoal/lease"
+	"shoal/store"
+)
+
+// Node is one shoal server.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	ready chan struct{}
+
+	mu    sync.Mutex
+	addr  string
+	etcdE string
+	st    *store.Store
+	el    *lease.Elector
+	ag    *agent.Agent
+}
+
+// New validates cfg and returns a Node ready to Run.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), ready: make(chan struct{})}, nil
+}
+
+// Ready is closed once the API serves.
+func (n *Node) Ready() <-chan struct{} { return n.ready }
+
+// Addr is the API's address once Ready.
+func (n *Node) Addr() string { n.mu.Lock(); defer n.mu.Unlock(); return n.addr }
+
+// EtcdEndpoint is the etcd client URL the node uses, once Ready.
+func (n *Node) EtcdEndpoint() string { n.mu.Lock(); defer n.mu.Unlock(); return n.etcdE }
+
+// Store is the node's store, once Ready.
+func (n *Node) Store() *store.Store { n.mu.Lock(); defer n.mu.Unlock(); return n.st }
+
+// IsLeader reports whether this node leads now.
+func (n *Node) IsLeader() bool {
+	n.mu.Lock()
+	el := n.el
+	n.mu.Unlock()
+	return el != nil && el.IsLeader()
+}
+
+// OrphansReaped counts orphan containers this node removed.
+func (n *Node) OrphansReaped() int {
+	n.mu.Lock()
+	ag := n.ag
+	n.mu.Unlock()
+	if ag == nil {
+		return 0
+	}
+	return ag.Reaped()
+}
+
+// Run starts the node and blocks until ctx ends, then shuts down in order.
+func (n *Node) Run(ctx context.Context) error {
+	cfg := n.cfg
+	tp := cfg.Tracer
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+
+	// Docker first: without an engine there is nothing to run sandboxes on,
+	// and the operator should hear so before anything else starts.
+	rt, err := docker.New(ctx, docker.Config{Host: cfg.DockerHost, Node: cfg.ID, Logger: cfg.Logger})
+	if err != nil {
+		return fmt.Errorf("%v. Start the Docker engine (or point --docker-host / DOCKER_HOST at one) and try again", err)
+	}
+	defer rt.Close()
+
+	cli, closeEtcd, err := n.etcd()
+	if err != nil {
+		return err
+	}
+	defer closeEtcd()
+
+	st := store.New(cli, store.Options{Prefix: cfg.Prefix, Logger: cfg.Logger})
+	el, err := lease.New(cli, lease.Config{Prefix: st.LeaderPrefix(), ID: cfg.ID, TTL: cfg.LeaseTTL, Logger: cfg.Logger})
+	if err != nil {
+		return err
+	}
+	co, err := coordinator.New(coordinator.Config{Store: st, Runtime: rt, Elector: el, Resync: cfg.Resync,
+		Logger: cfg.Logger, Tracer: tp.Tracer("shoal/coordinator")})
+	if err != nil {
+		return err
+	}
+	ag, err := agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
+		Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")})
+	if err != nil {
+		return err
+	}
+	api, err := apiserver.New(apiserver.Config{Store: st, Runtime: rt, Node: cfg.ID, DefaultImage: cfg.DefaultImage,
+		Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver")})
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
+	}
+	gs := grpc.NewServer(api.ServerOptions()...)
+	shoalv1.RegisterShoalServer(gs, api)
+
+	n.mu.Lock()
+	n.addr, n.st, n.el, n.ag = lis.Addr().String(), st, el, ag
+	n.mu.Unlock()
+
+	loops, lctx := errgroup.WithContext(ctx)
+	loops.Go(func() error { return co.Start(lctx) })
+	loops.Go(func() error { return ag.Start(lctx) })
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gs.Serve(lis) }()
+	n.log.Info("node started", "api", n.addr, "etcd", n.EtcdEndpoint())
+	close(n.ready)
+
+	var runErr error
+	select {
+	case <-lctx.Done():
+		runErr = context.Cause(lctx)
+		if ctx.Err() != nil {
+			runErr = nil
+		}
+	case err := <-serveErr:
+		runErr = fmt.Errorf("api server: %w", err)
+	}
+	n.log.Info("shutting down")
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(cfg.ShutdownTimeout):
+		gs.Stop()
+		<-stopped
+	}
+	if err := loops.Wait(); err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
+		runErr = err
+	}
+	return runErr
+}
+
+// etcd connects to external endpoints or starts the embedded member.
+func (n *Node) etcd() (*clientv3.Client, func(), error) {
+	cfg := n.cfg
+	if len(cfg.EtcdEndpoints) > 0 {
+		cli, err := embedetcd.Dial(cfg.EtcdEndpoints)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--etcd-endpoints: %w", err)
+		}
+		n.mu.Lock()
+		n.etcdE = cfg.EtcdEndpoints[0]
+		n.mu.Unlock()
+		return cli, func() { cli.Close() }, nil
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("--data-dir: %w", err)
+	}
+	ec := embedetcd.DefaultConfig(filepath.Join(cfg.DataDir, "etcd"))
+	ec.Name = cfg.ID
+	ec.ListenClient, ec.ListenPeer = cfg.EtcdListenClient, cfg.EtcdListenPeer
+	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	srv, err := embedetcd.Start(ec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (is another node using %s or port %s?)", err, cfg.DataDir, cfg.EtcdListenClient)
+	}
+	cli, err := srv.Client()
+	if err != nil {
+		srv.Close()
+		return nil, nil, err
+	}
+	n.mu.Lock()
+	n.etcdE = srv.Endpoint()
+	n.mu.Unlock()
+	return cli, func() { cli.Close(); srv.Close() }, nil
+}

@@ -1,0 +1,93 @@
+package workqueue
+
+import (
+	"sync"
+	"time"
+)
+
+// Queue holds items of type T identified by a key.
+type Queue[T any] struct {
+	key      func(T) string
+	mu       sync.Mutex
+	cond     *sync.Cond
+	order    []T
+	queued   map[string]bool
+	inflight map[string]bool
+	again    map[string]T
+	closed   bool
+}
+
+// New returns an empty queue.
+func New[T any](key func(T) string) *Queue[T] {
+	q := &Queue[T]{key: key, queued: map[string]bool{}, inflight: map[string]bool{}, again: map[string]T{}}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+// Add queues t unless an item of its key is queued already.
+func (q *Queue[T]) Add(t T) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := q.key(t)
+	switch {
+	case q.closed, q.queued[k]:
+	case q.inflight[k]:
+		q.again[k] = t
+	default:
+		q.queued[k] = true
+		q.order = append(q.order, t)
+		q.cond.Signal()
+	}
+}
+
+// Get blocks for the next item; false once the queue is closed.
+func (q *Queue[T]) Get() (T, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.order) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if q.closed {
+		var zero T
+		return zero, false
+	}
+	t := q.order[0]
+	q.order = q.order[1:]
+	k := q.key(t)
+	delete(q.queued, k)
+	q.inflight[k] = true
+	return t, true
+}
+
+// Done finishes an item from Get; retryAfter > 0 adds it again after that
+// delay unless it was re-added meanwhile.
+func (q *Queue[T]) Done(t T, retryAfter time.Duration) {
+	q.mu.Lock()
+	k := q.key(t)
+	delete(q.inflight, k)
+	again, ok := q.again[k]
+	delete(q.again, k)
+	if !ok && retryAfter > 0 && !q.closed {
+		// A retry that fires after Close is dropped by Add.
+		time.AfterFunc(retryAfter, func() { q.Add(t) })
+	}
+	q.mu.Unlock()
+	if ok {
+		q.Add(again)
+	}
+}
+
+// Close wakes every Get, which then returns false.
+func (q *Queue[T]) Close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.cond.Broadcast()
+}
+
+// Len is the number of queued items.
+func (q *Queue[T]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.order)
+}
