@@ -1,0 +1,155 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	shoalv1 "shoal/api/shoal/v1"
+)
+
+// Version is set at build time.
+var Version = "dev"
+
+// app holds what every command shares.
+type app struct {
+	stdout, stderr io.Writer
+	stdin          io.Reader
+	endpoint       string
+	workspace      string
+	out            printer
+	conn           *grpc.ClientConn
+	client         shoalv1.ShoalClient
+	tty            bool
+	ctx            context.Context
+}
+
+// Main runs the CLI and returns the process exit code.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdout: stdout, stderr: stderr, stdin: stdin, ctx: ctx, tty: isTerminal(stderr)}
+	root := a.tree()
+	err := root.RunContext(ctx, Reorder(root, args))
+	if a.conn != nil {
+		a.conn.Close()
+	}
+	if err == nil {
+		return ExitOK
+	}
+	e := a.classify(err)
+	if e.msg != "" {
+		fmt.Fprintf(stderr, "Error: %s\n", e.msg)
+	}
+	if e.hint != "" {
+		fmt.Fprintf(stderr, "Hint: %s\n", e.hint)
+	}
+	return e.code
+}
+
+func (a *app) tree() *cli.App {
+	return &cli.App{
+		Name:    "shoal",
+		Usage:   "a clustered control plane for agent sandboxes",
+		Version: Version,
+		Description: `shoal runs AI agents in Docker sandboxes and injects provider credentials into them.
+All state lives in etcd; every change is a compare-and-swap transaction.
+
+Flags may come before or after positional arguments.
+
+Exit codes: 0 ok, 1 error, 2 invalid input, 3 not found,
+4 precondition failed / already exists, 5 unavailable or timed out.
+'sandbox exec' exits with the command's own exit code.`,
+		Writer:    a.stdout,
+		ErrWriter: a.stderr,
+		Reader:    a.stdin,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "endpoint", Value: "127.0.0.1:7443", EnvVars: []string{"SHOAL_ENDPOINT"}, Usage: "shoal API `ADDRESS` (host:port)"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: formatTable, Usage: "output `FORMAT`: table, json or yaml"},
+			&cli.StringFlag{Name: "workspace", Aliases: []string{"w"}, Value: "default", EnvVars: []string{"SHOAL_WORKSPACE"}, Usage: "`WORKSPACE` of the objects"},
+		},
+		Before: func(c *cli.Context) error {
+			a.endpoint = c.String("endpoint")
+			a.workspace = c.String("workspace")
+			if err := validFormat(c.String("output")); err != nil {
+				return err
+			}
+			a.out = printer{w: a.stdout, format: c.String("output"), now: time.Now}
+			return nil
+		},
+		ExitErrHandler: func(*cli.Context, error) {}, // Main prints errors and picks exit codes
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return usageError("%v", err)
+		},
+		Commands: []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.versionCmd()},
+	}
+}
+
+// api dials the endpoint on first use.
+func (a *app) api() (shoalv1.ShoalClient, error) {
+	if a.client != nil {
+		return a.client, nil
+	}
+	conn, err := grpc.NewClient(a.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, usageError("--endpoint %q: %v", a.endpoint, err)
+	}
+	a.conn, a.client = conn, shoalv1.NewShoalClient(conn)
+	return a.client, nil
+}
+
+func (a *app) versionCmd() *cli.Command {
+	return &cli.Command{
+		Name:  "version",
+		Usage: "print the client version",
+		Action: func(c *cli.Context) error {
+			fmt.Fprintf(a.stdout, "shoal %s\n", Version)
+			return nil
+		},
+	}
+}
+
+// parseKV parses repeated K=V flag values. field names the flag in errors.
+func parseKV(field string, vals []string) (map[string]string, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	m := make(map[string]string, len(vals))
+	for _, v := range vals {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok || k == "" {
+			return nil, usageError("%s: %q is not KEY=VALUE", field, v)
+		}
+		if _, dup := m[k]; dup {
+			return nil, usageError("%s: %q is given twice", field, k)
+		}
+		m[k] = val
+	}
+	return m, nil
+}
+
+// exactArgs checks the positional argument count.
+func exactArgs(c *cli.Context, n int, names string) error {
+	if c.NArg() != n {
+		return usageError("%s takes %s (got %d argument(s)); see `shoal %s --help`", c.Command.FullName(), names, c.NArg(), c.Command.FullName())
+	}
+	return nil
+}
+
+// timeoutCtx bounds a call by --timeout when the command has one.
+func (a *app) timeoutCtx(c *cli.Context) (context.Context, context.CancelFunc) {
+	if c.IsSet("timeout") || c.Duration("timeout") > 0 {
+		return context.WithTimeout(c.Context, c.Duration("timeout"))
+	}
+	return context.WithCancel(c.Context)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isTTY(f.Fd())
+}

@@ -1,0 +1,9 @@
+// Package cli is the `shoal` command tree (urfave/cli/v2), a thin client
+// of the shoal.v1 API, plus `shoal node start`, which runs a server.
+//
+// Flags may stand before or after positional arguments, as in kubectl:
+// Main reorders the arguments once, for the whole tree, before urfave/cli
+// parses them (args.go). Output formatting lives in one place (output.go),
+// and so does the mapping from gRPC codes to exit codes and hints
+// (errors.go).
+package cli

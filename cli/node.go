@@ -1,0 +1,88 @@
+package cli
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"shoal/node"
+)
+
+func (a *app) nodeCmd() *cli.Command {
+	def := node.DefaultConfig()
+	return &cli.Command{
+		Name:  "node",
+		Usage: "run a shoal node",
+		Subcommands: []*cli.Command{{
+			Name:  "start",
+			Usage: "run a node in the foreground",
+			Description: `Runs the API, the coordinator (when this node leads) and the Docker agent.
+By default etcd is embedded, with its data in --data-dir, and serves clients on
+127.0.0.1:2379 so that etcdctl works against a dev node. --etcd-endpoints uses an
+external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits at once.`,
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "node-id", Value: def.ID, EnvVars: []string{"SHOAL_NODE_ID"}, Usage: "`ID` of this node"},
+				&cli.StringFlag{Name: "listen", Value: def.Listen, Usage: "API `ADDRESS`"},
+				&cli.StringFlag{Name: "data-dir", Value: def.DataDir, EnvVars: []string{"SHOAL_DATA_DIR"}, Usage: "`DIR` for the embedded etcd's data"},
+				&cli.StringSliceFlag{Name: "etcd-endpoints", EnvVars: []string{"SHOAL_ETCD_ENDPOINTS"}, Usage: "external etcd `URLS` (comma-separated); disables the embedded etcd"},
+				&cli.StringFlag{Name: "etcd-listen-client", Value: def.EtcdListenClient, Usage: "embedded etcd client `URL`"},
+				&cli.StringFlag{Name: "etcd-listen-peer", Value: def.EtcdListenPeer, Usage: "embedded etcd peer `URL`"},
+				&cli.StringFlag{Name: "docker-host", EnvVars: []string{"DOCKER_HOST"}, Usage: "Docker engine `ADDRESS` (default: the local socket)"},
+				&cli.StringFlag{Name: "image", Value: def.DefaultImage, Usage: "default sandbox `IMAGE`"},
+				&cli.StringFlag{Name: "prefix", Value: def.Prefix, Usage: "etcd key `PREFIX`"},
+				&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "leader lease `TTL`"},
+				&cli.DurationFlag{Name: "resync", Value: def.Resync, Usage: "reconcile everything every `INTERVAL`"},
+				&cli.DurationFlag{Name: "orphan-grace", Value: def.OrphanGrace, Usage: "reap unrecorded containers after `DURATION`"},
+				&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn, error"},
+				&cli.StringFlag{Name: "log-format", Value: "text", Usage: "`FORMAT`: text or json"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 0 {
+					return usageError("node start takes no arguments (got %q)", strings.Join(c.Args().Slice(), " "))
+				}
+				var level slog.Level
+				if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+					return usageError("--log-level: %q is not debug, info, warn or error", c.String("log-level"))
+				}
+				opts := &slog.HandlerOptions{Level: level}
+				var h slog.Handler
+				switch c.String("log-format") {
+				case "text":
+					h = slog.NewTextHandler(a.stderr, opts)
+				case "json":
+					h = slog.NewJSONHandler(a.stderr, opts)
+				default:
+					return usageError("--log-format: %q is not text or json", c.String("log-format"))
+				}
+				cfg := def
+				cfg.ID = c.String("node-id")
+				cfg.Listen = c.String("listen")
+				cfg.DataDir = c.String("data-dir")
+				cfg.EtcdEndpoints = c.StringSlice("etcd-endpoints")
+				cfg.EtcdListenClient = c.String("etcd-listen-client")
+				cfg.EtcdListenPeer = c.String("etcd-listen-peer")
+				cfg.DockerHost = c.String("docker-host")
+				cfg.DefaultImage = c.String("image")
+				cfg.Prefix = c.String("prefix")
+				cfg.LeaseTTL = c.Duration("lease-ttl")
+				cfg.Resync = c.Duration("resync")
+				cfg.OrphanGrace = c.Duration("orphan-grace")
+				cfg.Logger = slog.New(h)
+				n, err := node.New(cfg)
+				if err != nil {
+					return usageError("%v", err)
+				}
+				go func() {
+					<-n.Ready()
+					fmt.Fprintf(a.stderr, "shoal node %s serving the API on %s (etcd %s)\n", cfg.ID, n.Addr(), n.EtcdEndpoint())
+				}()
+				if err := n.Run(c.Context); err != nil {
+					return &exitError{code: ExitError, msg: err.Error()}
+				}
+				return nil
+			},
+		}},
+	}
+}

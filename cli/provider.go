@@ -1,0 +1,213 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	shoalv1 "shoal/api/shoal/v1"
+)
+
+func parseType(s string) (shoalv1.ProviderType, error) {
+	v, ok := shoalv1.ProviderType_value[strings.ToUpper(s)]
+	if !ok || v == 0 {
+		return 0, usageError("--type: %q is not one of nvidia, openai, anthropic, github, generic", s)
+	}
+	return shoalv1.ProviderType(v), nil
+}
+
+func (a *app) providerCmd() *cli.Command {
+	return &cli.Command{
+		Name:    "provider",
+		Aliases: []string{"providers"},
+		Usage:   "manage credential providers",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "create",
+				Usage:     "create a provider",
+				ArgsUsage: "NAME",
+				Description: `Creates a named set of credentials. Attached sandboxes get each credential
+as an environment variable. Credentials are never shown again.
+
+  shoal provider create nvidia --type nvidia --credential NVIDIA_API_KEY=nvapi-...`,
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "type", Required: true, Usage: "`TYPE`: nvidia, openai, anthropic, github or generic"},
+					&cli.StringSliceFlag{Name: "credential", Usage: "secret `KEY=VALUE`, repeatable"},
+					&cli.StringSliceFlag{Name: "config", Usage: "plain `KEY=VALUE`, repeatable"},
+					&cli.StringSliceFlag{Name: "label", Usage: "`KEY=VALUE` label, repeatable"},
+				},
+				Action: func(c *cli.Context) error {
+					if err := exactArgs(c, 1, "NAME"); err != nil {
+						return err
+					}
+					typ, err := parseType(c.String("type"))
+					if err != nil {
+						return err
+					}
+					creds, err := parseKV("--credential", c.StringSlice("credential"))
+					if err != nil {
+						return err
+					}
+					conf, err := parseKV("--config", c.StringSlice("config"))
+					if err != nil {
+						return err
+					}
+					labels, err := parseKV("--label", c.StringSlice("label"))
+					if err != nil {
+						return err
+					}
+					api, err := a.api()
+					if err != nil {
+						return err
+					}
+					p, err := api.CreateProvider(c.Context, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{
+						Meta: &shoalv1.ObjectMeta{Name: c.Args().First(), Workspace: a.workspace, Labels: labels},
+						Type: typ, Credentials: creds, Config: conf,
+					}})
+					if err != nil {
+						return err
+					}
+					return a.out.providers(p)
+				},
+			},
+			{
+				Name:      "get",
+				Usage:     "show a provider (credentials redacted)",
+				ArgsUsage: "NAME",
+				Action: func(c *cli.Context) error {
+					if err := exactArgs(c, 1, "NAME"); err != nil {
+						return err
+					}
+					api, err := a.api()
+					if err != nil {
+						return err
+					}
+					p, err := api.GetProvider(c.Context, &shoalv1.GetProviderRequest{Workspace: a.workspace, Name: c.Args().First()})
+					if err != nil {
+						return err
+					}
+					return a.out.providers(p)
+				},
+			},
+			{
+				Name:  "list",
+				Usage: "list providers",
+				Action: func(c *cli.Context) error {
+					if err := exactArgs(c, 0, "no arguments"); err != nil {
+						return err
+					}
+					api, err := a.api()
+					if err != nil {
+						return err
+					}
+					var all []*shoalv1.Provider
+					tok := ""
+					for {
+						resp, err := api.ListProviders(c.Context, &shoalv1.ListProvidersRequest{Workspace: a.workspace, PageToken: tok})
+						if err != nil {
+							return err
+						}
+						all = append(all, resp.Items...)
+						if tok = resp.NextPageToken; tok == "" {
+							break
+						}
+					}
+					return a.out.providers(all...)
+				},
+			},
+			{
+				Name:      "update",
+				Usage:     "replace a provider's credentials, config or labels",
+				ArgsUsage: "NAME",
+				Description: `Each given flag replaces that whole map: --credential replaces all credentials.
+Sandboxes that already run keep the credentials they started with.`,
+				Flags: []cli.Flag{
+					&cli.StringSliceFlag{Name: "credential", Usage: "secret `KEY=VALUE`, repeatable; replaces all credentials"},
+					&cli.StringSliceFlag{Name: "config", Usage: "plain `KEY=VALUE`, repeatable; replaces all config"},
+					&cli.StringSliceFlag{Name: "label", Usage: "`KEY=VALUE`, repeatable; replaces all labels"},
+					&cli.Int64Flag{Name: "if-version", Usage: "apply only at this resource `VERSION`"},
+				},
+				Action: func(c *cli.Context) error {
+					if err := exactArgs(c, 1, "NAME"); err != nil {
+						return err
+					}
+					creds, err := parseKV("--credential", c.StringSlice("credential"))
+					if err != nil {
+						return err
+					}
+					conf, err := parseKV("--config", c.StringSlice("config"))
+					if err != nil {
+						return err
+					}
+					labels, err := parseKV("--label", c.StringSlice("label"))
+					if err != nil {
+						return err
+					}
+					if !c.IsSet("credential") && !c.IsSet("config") && !c.IsSet("label") {
+						return usageError("provider update: give at least one of --credential, --config, --label")
+					}
+					api, err := a.api()
+					if err != nil {
+						return err
+					}
+					p, err := api.UpdateProvider(c.Context, &shoalv1.UpdateProviderRequest{
+						Provider:          &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: c.Args().First(), Workspace: a.workspace, Labels: labels}, Credentials: creds, Config: conf},
+						UpdateCredentials: c.IsSet("credential"), UpdateConfig: c.IsSet("config"), UpdateLabels: c.IsSet("label"),
+						ResourceVersion: c.Int64("if-version"),
+					})
+					if err != nil {
+						return err
+					}
+					return a.out.providers(p)
+				},
+			},
+			{
+				Name:      "delete",
+				Usage:     "delete a provider",
+				ArgsUsage: "NAME...",
+				Description: `Fails while a live sandbox uses the provider, naming those sandboxes.
+If only sandboxes that are being deleted hold it, it becomes Terminating and is
+removed when they are gone; --wait returns then.`,
+				Flags: []cli.Flag{
+					&cli.BoolFlag{Name: "wait", Usage: "return when the provider is gone"},
+					&cli.BoolFlag{Name: "ignore-not-found", Usage: "succeed if the provider does not exist"},
+					&cli.DurationFlag{Name: "timeout", Value: 5 * 60e9, Usage: "give up waiting after `DURATION`"},
+				},
+				Action: func(c *cli.Context) error {
+					if c.NArg() == 0 {
+						return usageError("provider delete takes NAME...")
+					}
+					api, err := a.api()
+					if err != nil {
+						return err
+					}
+					for _, name := range c.Args().Slice() {
+						ctx, cancel := a.timeoutCtx(c)
+						var stop func(string)
+						if c.Bool("wait") {
+							stop = a.progress(fmt.Sprintf("deleting provider %s", name))
+						}
+						resp, err := api.DeleteProvider(ctx, &shoalv1.DeleteProviderRequest{Workspace: a.workspace, Name: name, Wait: c.Bool("wait")})
+						cancel()
+						if stop != nil {
+							stop("")
+						}
+						if err != nil {
+							if c.Bool("ignore-not-found") && a.classify(err).code == ExitNotFound {
+								continue
+							}
+							return err
+						}
+						if resp.Deleted {
+							fmt.Fprintf(a.stdout, "provider %s deleted\n", name)
+						} else {
+							fmt.Fprintf(a.stdout, "provider %s terminating (sandboxes being deleted still hold it)\n", name)
+						}
+					}
+					return nil
+				},
+			},
+		},
+	}
+}

@@ -1,0 +1,411 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	shoalv1 "shoal/api/shoal/v1"
+)
+
+func (a *app) sandboxCmd() *cli.Command {
+	return &cli.Command{
+		Name:    "sandbox",
+		Aliases: []string{"sandboxes", "sb"},
+		Usage:   "manage sandboxes",
+		Subcommands: []*cli.Command{
+			a.sandboxCreate(), a.sandboxGet(), a.sandboxList(), a.sandboxLabel(), a.sandboxDelete(),
+			a.sandboxExec(), a.sandboxLogs(), a.sandboxWatch(), a.sandboxAttach(true), a.sandboxAttach(false),
+		},
+	}
+}
+
+func (a *app) sandboxCreate() *cli.Command {
+	return &cli.Command{
+		Name:      "create",
+		Usage:     "create a sandbox",
+		ArgsUsage: "NAME [-- CMD ARGS...]",
+		Description: `Creates a sandbox: a container running the image, with the providers'
+credentials in its environment. Without a command the image's default runs.
+
+  shoal sandbox create agent --provider nvidia --wait
+  shoal sandbox create job --env MODE=batch --label team=ml -- sh -c 'echo hi; sleep 60'`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "image", Usage: "container `IMAGE` (default: the node's, shoal/sandbox:dev)"},
+			&cli.StringSliceFlag{Name: "provider", Aliases: []string{"p"}, Usage: "attach provider `NAME`, repeatable"},
+			&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment `KEY=VALUE`, repeatable"},
+			&cli.StringSliceFlag{Name: "label", Aliases: []string{"l"}, Usage: "label `KEY=VALUE`, repeatable"},
+			&cli.Int64Flag{Name: "cpu-millis", Usage: "CPU limit in `MILLICORES` (1000 = one core)"},
+			&cli.Int64Flag{Name: "memory-mib", Usage: "memory limit in `MIB`"},
+			&cli.BoolFlag{Name: "wait", Usage: "return when the sandbox is READY (or failed)"},
+			&cli.DurationFlag{Name: "timeout", Value: 5 * 60e9, Usage: "give up waiting after `DURATION`"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() < 1 {
+				return usageError("sandbox create takes NAME [-- CMD ARGS...]")
+			}
+			env, err := parseKV("--env", c.StringSlice("env"))
+			if err != nil {
+				return err
+			}
+			labels, err := parseKV("--label", c.StringSlice("label"))
+			if err != nil {
+				return err
+			}
+			if c.Int64("cpu-millis") < 0 || c.Int64("memory-mib") < 0 {
+				return usageError("--cpu-millis and --memory-mib must not be negative")
+			}
+			api, err := a.api()
+			if err != nil {
+				return err
+			}
+			name := c.Args().First()
+			req := &shoalv1.CreateSandboxRequest{Wait: c.Bool("wait"), Sandbox: &shoalv1.Sandbox{
+				Meta: &shoalv1.ObjectMeta{Name: name, Workspace: a.workspace, Labels: labels},
+				Spec: &shoalv1.SandboxSpec{
+					Image: c.String("image"), Command: c.Args().Tail(), Env: env, Providers: c.StringSlice("provider"),
+					Resources: &shoalv1.Resources{CpuMillis: c.Int64("cpu-millis"), MemoryBytes: c.Int64("memory-mib") << 20},
+				},
+			}}
+			ctx, cancel := a.timeoutCtx(c)
+			defer cancel()
+			var stop func(string)
+			if req.Wait {
+				stop = a.progress(fmt.Sprintf("waiting for sandbox %s to be READY", name))
+			}
+			sb, err := api.CreateSandbox(ctx, req)
+			if stop != nil {
+				stop("")
+			}
+			if err != nil {
+				return err
+			}
+			if err := a.out.sandboxes(sb); err != nil {
+				return err
+			}
+			if req.Wait && sb.GetStatus().GetPhase() == shoalv1.SandboxPhase_ERROR {
+				return &exitError{code: ExitPrecondition, msg: fmt.Sprintf("sandbox %s failed: %s", name, sb.Status.Message),
+					hint: "fix the cause, then `shoal sandbox delete " + name + "` and create it again"}
+			}
+			return nil
+		},
+	}
+}
+
+func (a *app) sandboxGet() *cli.Command {
+	return &cli.Command{
+		Name:      "get",
+		Usage:     "show a sandbox",
+		ArgsUsage: "NAME",
+		Action: func(c *cli.Context) error {
+			if err := exactArgs(c, 1, "NAME"); err != nil {
+				return err
+			}
+			api, err := a.api()
+			if err != nil {
+				return err
+			}
+			sb, err := api.GetSandbox(c.Context, &shoalv1.GetSandboxRequest{Workspace: a.workspace, Name: c.Args().First()})
+			if err != nil {
+				return err
+			}
+			return a.out.sandboxes(sb)
+		},
+	}
+}
+
+func (a *app) sandboxList() *cli.Command {
+	return &cli.Command{
+		Name:  "list",
+		Usage: "list sandboxes",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "label `SELECTOR`: k=v,k!=v,k,!k"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := exactArgs(c, 0, "no arguments"); err != nil {
+				return err
+			}
+			api, err := a.api()
+			if err != nil {
+				return err
+			}
+			var all []*shoalv1.Sandbox
+			tok := ""
+			for {
+				resp, err := api.ListSandboxes(c.Context, &shoalv1.ListSandboxesRequest{Workspace: a.workspace, LabelSelector: c.String("selector"), PageToken: tok})
+				if err != nil {
+					return err
+				}
+				all = append(all, resp.Items...)
+				if tok = resp.NextPageToken; tok == "" {
+					break
+				}
+			}
+			return a.out.sandboxes(all...)
+		},
+	}
+}
+
+func (a *app) sandboxLabel() *cli.Command {
+	return &cli.Command{
+		Name:      "label",
+		Usage:     "set or remove labels",
+		ArgsUsage: "NAME KEY=VALUE... KEY-...",
+		Description: `KEY=VALUE sets a label, KEY- removes one.
+
+  shoal sandbox label agent team=ml tier- --if-version 42`,
+		Flags: []cli.Flag{
+			&cli.Int64Flag{Name: "if-version", Usage: "apply only at this resource `VERSION`"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() < 2 {
+				return usageError("sandbox label takes NAME KEY=VALUE... KEY-...")
+			}
+			set := map[string]string{}
+			var remove []string
+			for _, arg := range c.Args().Tail() {
+				if k, ok := strings.CutSuffix(arg, "-"); ok && !strings.Contains(arg, "=") {
+					remove = append(remove, k)
+					continue
+				}
+				k, v, ok := strings.Cut(arg, "=")
+				if !ok || k == "" {
+					return usageError("label %q: expected KEY=VALUE or KEY-", arg)
+				}
+				set[k] = v
+			}
+			api, err := a.api()
+			if err != nil {
+				return err
+			}
+			sb, err := api.UpdateSandbox(c.Context, &shoalv1.UpdateSandboxRequest{
+				Workspace: a.workspace, Name: c.Args().First(), SetLabels: set, RemoveLabels: remove, ResourceVersion: c.Int64("if-version"),
+			})
+			if err != nil {
+				return err
+			}
+			return a.out.sandboxes(sb)
+		},
+	}
+}
+
+func (a *app) sandboxDelete() *cli.Command {
+	return &cli.Command{
+		Name:      "delete",
+		Usage:     "delete sandboxes",
+		ArgsUsage: "NAME...",
+		Description: `Marks each sandbox for deletion; the leader removes its container and record.
+This succeeds whatever else updates the sandbox meanwhile. --if-uid and
+--if-version make it apply only to the object you saw, so a stale delete
+never removes a same-name replacement.`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "wait", Usage: "return when the records are gone"},
+			&cli.DurationFlag{Name: "timeout", Value: 5 * 60e9, Usage: "give up waiting after `DURATION`"},
+			&cli.StringFlag{Name: "if-uid", Usage: "delete only if the sandbox has this `UID`"},
+			&cli.Int64Flag{Name: "if-version", Usage: "delete only at this resource `VERSION`"},
+			&cli.BoolFlag{Name: "ignore-not-found", Usage: "succeed for sandboxes that do not exist"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return usageError("sandbox delete takes NAME...")
+			}
+			api, err := a.api()
+			if err != nil {
+				return err
+			}
+			for _, name := range c.Args().Slice() {
+				var stop func(string)
+				if c.Bool("wait") {
+					stop = a.progress(fmt.Sprintf("deleting sandbox %s", name))
+				}
+				ctx, cancel := a.timeoutCtx(c)
+				_, err := api.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{
+					Workspace: a.workspace, Name: name, Wait: c.Bool("wait"),
+					Preconditions: &shoalv1.Preconditions{Uid: c.String("if-uid"), ResourceVersion: c.Int64("if-version")},
+				})
+				cancel()
+				if stop != nil {
+					stop("")
+				}
+				if err != nil {
+					if c.Bool("ignore-not-found") && a.classify(err).code == ExitNotFound {
+						continue
+					}
+					return err
+				}
+				if c.Bool("wait") {
+					fmt.Fprintf(a.stdout, "sandbox %s deleted\n", name)
+				} else {
+					fmt.Fprintf(a.stdout, "sandbox %s deleting\n", name)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func (a *app) sandboxExec() *cli.Command {
+	return &cli.Command{
+		Name:      "exec",
+		Usage:     "run a command in a sandbox",
+		ArgsUsage: "NAME -- CMD ARGS...",
+		Description: `Runs the command in the sandbox's container and prints its output.
+shoal exits with the command's exit code.
+
+  shoal sandbox exec agent -- env`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "send standard input to the command"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() < 2 {
+				return usageError("sandbox exec takes NAME -- CMD ARGS...")
+			}
+			var in []byte
+			if c.Bool("stdin") {
+				b, err := io.ReadAll(io.LimitReader(a.stdin, 1<<20))
+				if err != nil {
+					return err
+				}
+				in = b
+			}
+			api, err := a.api()
+			if err != nil {
+				return err
+			}
+			resp, err := api.Exec(c.Context, &shoalv1.ExecRequest{Workspace: a.workspace, Name: c.Args().First(), Command: c.Args().Tail(), Stdin: in})
+			if err != nil {
+				return err
+			}
+			a.stdout.Write(resp.Stdout)
+			a.stderr.Write(resp.Stderr)
+			if resp.ExitCode != 0 {
+				return &exitError{code: int(resp.ExitCode)}
+			}
+			return nil
+		},
+	}
+}
+
+func (a *app) sandboxLogs() *cli.Command {
+	return &cli.Command{
+		Name:      "logs",
+		Usage:     "print a sandbox's output",
+		ArgsUsage: "NAME",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming new output"},
+			&cli.IntFlag{Name: "tail", Usage: "only the last `N` lines"},
+		},
+		Action: func(c *cli.Context) error {
+			if err := exactArgs(c, 1, "NAME"); err != nil {
+				return err
+			}
+			api, err := a.api()
+			if err != nil {
+				return err
+			}
+			stream, err := api.Logs(c.Context, &shoalv1.LogsRequest{Workspace: a.workspace, Name: c.Args().First(), Follow: c.Bool("follow"), TailLines: int32(c.Int("tail"))})
+			if err != nil {
+				return err
+			}
+			for {
+				chunk, err := stream.Recv()
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				if err != nil {
+					if c.Context.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				w := a.stdout
+				if chunk.Stream == "stderr" {
+					w = a.stderr
+				}
+				w.Write(chunk.Data)
+			}
+		},
+	}
+}
+
+func (a *app) sandboxWatch() *cli.Command {
+	return &cli.Command{
+		Name:      "watch",
+		Usage:     "stream sandbox changes",
+		ArgsUsage: "[NAME]",
+		Flags: []cli.Flag{
+			&cli.Int64Flag{Name: "since", Usage: "resume after resource `VERSION` (0: current state first)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 1 {
+				return usageError("sandbox watch takes [NAME]")
+			}
+			api, err := a.api()
+			if err != nil {
+				return err
+			}
+			stream, err := api.WatchSandboxes(c.Context, &shoalv1.WatchSandboxesRequest{Workspace: a.workspace, Name: c.Args().First(), ResourceVersion: c.Int64("since")})
+			if err != nil {
+				return err
+			}
+			for {
+				ev, err := stream.Recv()
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				if err != nil {
+					if c.Context.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				if a.out.format != formatTable {
+					if err := a.out.objects(nil, nil, ev); err != nil {
+						return err
+					}
+					continue
+				}
+				sb := ev.Sandbox
+				fmt.Fprintf(a.stdout, "%-8s %-24s %-12s rv=%d\n", ev.Type, sb.GetMeta().GetName(),
+					strings.TrimPrefix(sb.GetStatus().GetPhase().String(), "SANDBOX_PHASE_"), ev.ResourceVersion)
+			}
+		},
+	}
+}
+
+func (a *app) sandboxAttach(attach bool) *cli.Command {
+	name, usage := "attach", "attach a provider to a sandbox"
+	if !attach {
+		name, usage = "detach", "detach a provider from a sandbox"
+	}
+	return &cli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: "NAME PROVIDER",
+		Description: `A running container keeps the environment it started with: attaching or
+detaching changes which providers the sandbox holds (and so whether they can be
+deleted), and applies to the container at its next start.`,
+		Action: func(c *cli.Context) error {
+			if err := exactArgs(c, 2, "NAME PROVIDER"); err != nil {
+				return err
+			}
+			api, err := a.api()
+			if err != nil {
+				return err
+			}
+			var sb *shoalv1.Sandbox
+			if attach {
+				sb, err = api.AttachProvider(c.Context, &shoalv1.AttachProviderRequest{Workspace: a.workspace, Name: c.Args().Get(0), Provider: c.Args().Get(1)})
+			} else {
+				sb, err = api.DetachProvider(c.Context, &shoalv1.DetachProviderRequest{Workspace: a.workspace, Name: c.Args().Get(0), Provider: c.Args().Get(1)})
+			}
+			if err != nil {
+				return err
+			}
+			return a.out.sandboxes(sb)
+		},
+	}
+}

@@ -1,0 +1,166 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/docker"
+	"shoal/node"
+)
+
+// RequireDocker skips the test when no Docker engine (or no sandbox image)
+// is available, and fails it instead when SHOAL_REQUIRE_DOCKER=1.
+func RequireDocker(t testing.TB) *client.Client {
+	t.Helper()
+	fail := func(format string, a ...any) {
+		msg := fmt.Sprintf(format, a...)
+		if os.Getenv("SHOAL_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("SHOAL_REQUIRE_DOCKER=1 but %s", msg)
+		}
+		t.Skipf("skipping: %s (set SHOAL_REQUIRE_DOCKER=1 to make this a failure)", msg)
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		fail("no Docker client: %v", err)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx); err != nil {
+		cli.Close()
+		fail("no Docker engine is reachable: %v", err)
+		return nil
+	}
+	if _, err := cli.ImageInspect(ctx, docker.DefaultImage); err != nil {
+		cli.Close()
+		fail("the sandbox image %s is missing (run `make image`): %v", docker.DefaultImage, err)
+		return nil
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// Node is a running test node.
+type Node struct {
+	*node.Node
+	Config node.Config
+	Client shoalv1.ShoalClient
+	stop   func()
+}
+
+// Stop shuts the node down and waits for it.
+func (n *Node) Stop() { n.stop() }
+
+// NodeConfig is a config for a test node: its own data dir, free ports,
+// fast resync and a unique node id whose containers are removed when the
+// test ends.
+func NodeConfig(t testing.TB) node.Config {
+	t.Helper()
+	cfg := node.DefaultConfig()
+	cfg.ID = "t" + strings.ToLower(fmt.Sprintf("%x", time.Now().UnixNano()))[6:]
+	cfg.DataDir = filepath.Join(t.TempDir(), "data")
+	ec := EtcdConfig(t, cfg.DataDir)
+	cfg.EtcdListenClient, cfg.EtcdListenPeer = ec.ListenClient, ec.ListenPeer
+	cfg.Listen = "127.0.0.1:0"
+	cfg.LeaseTTL = 2 * time.Second
+	cfg.Resync = 300 * time.Millisecond
+	cfg.OrphanGrace = time.Second
+	cfg.UnsafeNoFsync = true
+	return cfg
+}
+
+// StartNode starts a node with cfg and waits until it serves. It is stopped,
+// and its containers removed, when the test ends.
+func StartNode(t testing.TB, cfg node.Config) *Node {
+	t.Helper()
+	n, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	select {
+	case <-n.Ready():
+	case err := <-done:
+		cancel()
+		t.Fatalf("node did not start: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("node did not become ready within 60s")
+	}
+	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stopped bool
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		conn.Close()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("node run: %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			t.Error("node did not stop within 60s")
+		}
+	}
+	t.Cleanup(stop)
+	t.Cleanup(func() { RemoveNodeContainers(t, cfg.ID) })
+	return &Node{Node: n, Config: cfg, Client: shoalv1.NewShoalClient(conn), stop: stop}
+}
+
+// RemoveNodeContainers removes every container labelled with a node id.
+func RemoveNodeContainers(t testing.TB, nodeID string) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return
+	}
+	defer cli.Close()
+	ctx := context.Background()
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelNode+"="+nodeID))})
+	if err != nil {
+		t.Logf("cleanup: list containers: %v", err)
+		return
+	}
+	for _, c := range cs {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil {
+			t.Logf("cleanup: remove %s: %v", c.ID[:12], err)
+		}
+	}
+}
+
+// Eventually polls cond until it holds or the deadline passes.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	var lastErr error
+	for {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		lastErr = err
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true within %s (last error: %v)", what, within, lastErr)
+		}
+		<-time.After(20 * time.Millisecond) // poll interval
+	}
+}
