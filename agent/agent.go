@@ -381,8 +381,8 @@ func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*sh
 			return nil
 		})
 	switch shoal.KindOf(err) {
-	case shoal.KindNotFound, shoal.KindConflict:
-		return nil // gone or replaced: the orphan reaper handles its container
+	case shoal.KindNotFound, shoal.KindConflict, shoal.KindFailedPrecondition:
+		return nil // gone, replaced or being deleted: teardown owns it now
 	}
 	return err
 }

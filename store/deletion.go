@@ -4,16 +4,18 @@ package store
 //
 // Sandbox:
 //
-//  1. Intent. DeleteSandbox → MarkSandboxDeleting: through the update loop,
+//  1. Intent. DeleteSandbox → MarkSandboxDeleting: put the deletion intent
+//     key (deleting/<ws>/<name>), which ordinary writers compare absent, so
+//     from that moment they stop competing; then, through the update loop,
 //     set meta.deletion_timestamp and phase DELETING, and in the same Txn
-//     move every attach/ key of the sandbox to release/. Concurrent writers
-//     only make the loop go round again, so this succeeds unless the caller's
-//     own precondition (uid, resource_version) fails. Marking twice is a
-//     no-op. The intent is durable: it is in etcd before the call returns.
+//     move every attach/ key of the sandbox to release/. This succeeds
+//     unless the caller's own precondition (uid, resource_version) fails.
+//     Marking twice is a no-op. The intent is durable: it is in etcd before
+//     the call returns, and a DELETING sandbox is frozen.
 //  2. Teardown, by the coordinator under the leader lease: remove the
 //     container (idempotent: "already gone" is success).
-//  3. RemoveSandbox: ONE fenced Txn deletes the sandbox record and all its
-//     attach/ and release/ keys. It compares the record's ModRevision, the
+//  3. RemoveSandbox: ONE fenced Txn deletes the sandbox record, its intent
+//     key and all its attach/ and release/ keys. It compares the record's ModRevision, the
 //     uid seen at step 1 (so a same-name replacement is never touched) and
 //     the leader key's create revision (so a deposed leader cannot write).
 //     A restart re-runs 2 and 3 for every DELETING record: the protocol
@@ -43,8 +45,49 @@ import (
 
 // MarkSandboxDeleting records the durable intent to delete a sandbox. It is
 // idempotent and fails only when pre does not hold or the sandbox is absent.
+//
+// It takes two Txns, neither of which an ordinary writer can starve:
+//
+//  1. Put the intent key, comparing only the sandbox key's CreateRevision
+//     (the incarnation; label and status writes do not change it) and, if
+//     the caller gave one, its resource_version.
+//  2. From then on every ordinary write of the sandbox fails its
+//     "intent key absent" compare, so the update loop that sets
+//     deletion_timestamp and phase DELETING (and moves attach/ keys to
+//     release/) competes with nobody.
 func (s *Store) MarkSandboxDeleting(ctx context.Context, ws, name string, pre Preconditions) (*shoalv1.Sandbox, error) {
-	return s.UpdateSandbox(ctx, ws, name, pre, func(sb *shoalv1.Sandbox) error {
+	key, intent := s.k.sandbox(ws, name), s.k.intent(ws, name)
+	resp, err := s.c.Get(ctx, key)
+	for {
+		if err != nil {
+			return nil, etcdErr(ctx, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, shoal.NotFound("sandbox %q not found", name)
+		}
+		kv := resp.Kvs[0]
+		cur, err := sandboxCodec.decode(kv)
+		if err != nil {
+			return nil, err
+		}
+		if err := pre.check("sandbox", cur.Meta); err != nil {
+			return nil, err
+		}
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", kv.CreateRevision)}
+		if pre.ResourceVersion != 0 {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", pre.ResourceVersion))
+		}
+		tx, terr := s.c.Txn(ctx).If(cmps...).Then(clientv3.OpPut(intent, cur.Meta.Uid)).Else(clientv3.OpGet(key)).Commit()
+		if terr != nil {
+			return nil, etcdErr(ctx, terr)
+		}
+		if tx.Succeeded {
+			pre = Preconditions{UID: cur.Meta.Uid}
+			break
+		}
+		resp = (*clientv3.GetResponse)(tx.Responses[0].GetResponseRange())
+	}
+	return s.updateSandbox(ctx, ws, name, pre, true, func(sb *shoalv1.Sandbox) error {
 		if sb.Meta.DeletionTimestamp != nil {
 			return nil
 		}
@@ -59,13 +102,16 @@ func (s *Store) MarkSandboxDeleting(ctx context.Context, ws, name string, pre Pr
 }
 
 // RemoveSandbox is the last step of teardown: one fenced Txn that deletes
-// the record of the sandbox with the given uid and every attachment key it
-// holds. A record that is already gone (or replaced) is success.
+// the record of the sandbox with the given uid, its deletion intent and
+// every attachment key it holds. A record that is already gone (or
+// replaced) is success.
 func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence *Fence) error {
 	_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
-		codec: sandboxCodec,
-		key:   s.k.sandbox(ws, name),
-		fence: fence,
+		codec:    sandboxCodec,
+		key:      s.k.sandbox(ws, name),
+		intent:   s.k.intent(ws, name),
+		deleting: true,
+		fence:    fence,
 		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
 			if cur == nil || cur.GetMeta().GetUid() != uid {
 				return cur, errGone

@@ -9,6 +9,7 @@
 //	<prefix>/providers/<workspace>/<name>               shoal.v1.Provider
 //	<prefix>/attach/<workspace>/<provider>/<sandbox>    live attachment, value = sandbox uid
 //	<prefix>/release/<workspace>/<provider>/<sandbox>   attachment held by a DELETING sandbox
+//	<prefix>/deleting/<workspace>/<name>                deletion intent of a sandbox, value = uid
 //	<prefix>/leader/                                    leader election (package lease)
 //
 // Values are deterministic protobuf encodings with meta.resource_version

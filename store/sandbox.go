@@ -53,14 +53,26 @@ func (s *Store) GetSandbox(ctx context.Context, ws, name string) (*shoalv1.Sandb
 // UpdateSandbox applies mutate to the sandbox through the update loop. The
 // sandbox must exist; pre, when set, must hold against the current state on
 // every attempt. mutate may run several times.
+//
+// A sandbox whose deletion was requested is frozen: UpdateSandbox fails with
+// FailedPrecondition, so nothing competes with its teardown.
 func (s *Store) UpdateSandbox(ctx context.Context, ws, name string, pre Preconditions, mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error) {
+	return s.updateSandbox(ctx, ws, name, pre, false, mutate)
+}
+
+func (s *Store) updateSandbox(ctx context.Context, ws, name string, pre Preconditions, deleting bool, mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error) {
 	return update(ctx, s, updateSpec[*shoalv1.Sandbox]{
-		codec: sandboxCodec,
-		key:   s.k.sandbox(ws, name),
-		pre:   pre,
+		codec:    sandboxCodec,
+		key:      s.k.sandbox(ws, name),
+		intent:   s.k.intent(ws, name),
+		deleting: deleting,
+		pre:      pre,
 		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
 			if cur == nil {
 				return nil, shoal.NotFound("sandbox %q not found", name)
+			}
+			if cur.GetMeta().GetDeletionTimestamp() != nil && !deleting {
+				return nil, shoal.FailedPrecondition("sandbox %q is being deleted", name)
 			}
 			if err := mutate(cur); err != nil {
 				return nil, err
@@ -149,6 +161,11 @@ func (s *Store) sandboxRelated(ctx context.Context, old, new *shoalv1.Sandbox) (
 		case !live(new) && !had:
 			return nil, nil, shoal.FailedPrecondition("sandbox %q is being deleted: provider %q cannot be attached", name, p)
 		}
+	}
+	if old == nil || new == nil {
+		// Created, or removed: a deletion intent left by an earlier
+		// incarnation (or this one's) goes too.
+		ops = append(ops, clientv3.OpDelete(s.k.intent(ws, name)))
 	}
 	for _, p := range oldProv {
 		if !slices.Contains(newProv, p) {

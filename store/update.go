@@ -34,6 +34,12 @@ type updateSpec[T object] struct {
 	// start, when set, is a copy of the current state taken from a cache;
 	// the loop then begins with its Txn and reads only on conflict.
 	start *cached[T]
+	// intent, when set, is the key of a pending deletion of this object.
+	// Unless deleting is set, the write commits only while that key is
+	// absent, and its presence ends the loop with FailedPrecondition: once
+	// a deletion is requested, ordinary writers stop competing with it.
+	intent   string
+	deleting bool
 }
 
 type cached[T object] struct {
@@ -71,21 +77,32 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 	cur, raw, rev := zero, []byte(nil), int64(0)
 	if u.start != nil {
 		cur, raw, rev = u.start.obj, u.start.raw, u.start.rev
-	} else {
-		resp, err := s.c.Get(ctx, u.key)
+	}
+	intentSeen := false
+	if u.start == nil || u.intent != "" {
+		ops := []clientv3.Op{clientv3.OpGet(u.key)}
+		if u.intent != "" {
+			ops = append(ops, clientv3.OpGet(u.intent, clientv3.WithKeysOnly()))
+		}
+		resp, err := s.c.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
 			return zero, etcdErr(ctx, err)
 		}
-		if len(resp.Kvs) > 0 {
-			kv := resp.Kvs[0]
-			if cur, err = u.codec.decode(kv); err != nil {
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			if cur, err = u.codec.decode(kvs[0]); err != nil {
 				return zero, err
 			}
-			raw, rev = kv.Value, kv.ModRevision
+			raw, rev = kvs[0].Value, kvs[0].ModRevision
+		}
+		if u.intent != "" {
+			intentSeen = len(resp.Responses[1].GetResponseRange().GetKvs()) > 0
 		}
 	}
 
 	for attempt := 0; ; attempt++ {
+		if intentSeen && !u.deleting && cur != zero {
+			return zero, shoal.FailedPrecondition("%s %q is being deleted", u.codec.kind, lastSegment(u.key))
+		}
 		if cur == zero && u.pre.set() {
 			return zero, shoal.NotFound("%s %q not found", u.codec.kind, lastSegment(u.key))
 		}
@@ -133,9 +150,15 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 		if u.fence != nil {
 			extra = append(extra, u.fence.cmp())
 		}
+		if u.intent != "" && !u.deleting && cur != zero {
+			extra = append(extra, clientv3.Compare(clientv3.CreateRevision(u.intent), "=", 0))
+		}
 		elseOps := []clientv3.Op{clientv3.OpGet(u.key)}
 		if u.fence != nil {
 			elseOps = append(elseOps, clientv3.OpGet(u.fence.Key))
+		}
+		if u.intent != "" {
+			elseOps = append(elseOps, clientv3.OpGet(u.intent, clientv3.WithKeysOnly()))
 		}
 
 		// The guard is ModRevision(key) == rev. A write that bumped the
@@ -176,6 +199,9 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 			if len(fk) == 0 || fk[0].CreateRevision != u.fence.Revision {
 				return zero, ErrFenced
 			}
+		}
+		if u.intent != "" {
+			intentSeen = len(resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs()) > 0
 		}
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
