@@ -53,6 +53,20 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 }
 
 func (a *app) tree() *cli.App {
+	root := a.root()
+	// Every command reports bad flags as usage errors (exit 2).
+	var walk func([]*cli.Command)
+	walk = func(cmds []*cli.Command) {
+		for _, c := range cmds {
+			c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
+			walk(c.Subcommands)
+		}
+	}
+	walk(root.Commands)
+	return root
+}
+
+func (a *app) root() *cli.App {
 	return &cli.App{
 		Name:    "shoal",
 		Usage:   "a clustered control plane for agent sandboxes",

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc/codes"
@@ -37,6 +38,9 @@ func (a *app) classify(err error) *exitError {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		return ee
+	}
+	if strings.HasPrefix(err.Error(), "Required flag") {
+		return &exitError{code: ExitUsage, msg: err.Error(), hint: "see --help for the syntax"}
 	}
 	var ec cli.ExitCoder
 	if errors.As(err, &ec) {

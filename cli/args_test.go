@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestReorder(t *testing.T) {
+	a := &app{}
+	root := a.tree()
+	for _, tc := range []struct{ in, want string }{
+		{"shoal sandbox create sb1 --provider p --wait", "shoal sandbox create --provider p --wait -- sb1"},
+		{"shoal sandbox create sb1 --provider=p -- sh -c --x", "shoal sandbox create --provider=p -- sb1 sh -c --x"},
+		{"shoal sandbox create --image img sb1 --env A=1 -- echo hi", "shoal sandbox create --image img --env A=1 -- sb1 echo hi"},
+		{"shoal sandbox delete a b --wait -o json", "shoal -o json sandbox delete --wait -- a b"},
+		{"shoal --endpoint x:1 sandbox exec sb -- env", "shoal --endpoint x:1 sandbox exec -- sb env"},
+		{"shoal sandbox label sb team=ml tier- --if-version 3", "shoal sandbox label --if-version 3 -- sb team=ml tier-"},
+		{"shoal provider create p --type nvidia --credential K=V", "shoal provider create --type nvidia --credential K=V -- p"},
+		{"shoal sandbox list", "shoal sandbox list"},
+		{"shoal sandbox", "shoal sandbox"},
+		{"shoal sandbox get sb --bogus", "shoal sandbox get --bogus -- sb"},
+	} {
+		got := strings.Join(Reorder(root, strings.Fields(tc.in)), " ")
+		if got != tc.want {
+			t.Errorf("Reorder(%q)\n got %q\nwant %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestUsageErrorsExit2(t *testing.T) {
+	for _, args := range [][]string{
+		{"shoal", "sandbox", "get"},
+		{"shoal", "sandbox", "get", "a", "b"},
+		{"shoal", "-o", "xml", "sandbox", "list"},
+		{"shoal", "provider", "create", "p", "--type", "nvidia", "--credential", "NOEQUALS"},
+		{"shoal", "provider", "create", "p", "--type", "bogus"},
+		{"shoal", "sandbox", "get", "sb", "--bogus"},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(context.Background(), args, strings.NewReader(""), &out, &errb)
+		if code != ExitUsage {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", args, code, ExitUsage, errb.String())
+		}
+		if !strings.Contains(errb.String(), "Error:") {
+			t.Errorf("%v: no error message: %q", args, errb.String())
+		}
+	}
+}
+
+func TestParseKV(t *testing.T) {
+	m, err := parseKV("--env", []string{"A=1", "B=x=y", "C="})
+	if err != nil || !reflect.DeepEqual(m, map[string]string{"A": "1", "B": "x=y", "C": ""}) {
+		t.Fatalf("%v %v", m, err)
+	}
+	if _, err := parseKV("--env", []string{"=1"}); err == nil || !strings.Contains(err.Error(), "--env") {
+		t.Fatalf("empty key: %v", err)
+	}
+}
+
+func FuzzReorder(f *testing.F) {
+	f.Add("shoal sandbox create sb --wait -- a b")
+	f.Add("shoal -o json provider delete --wait=true x")
+	root := (&app{}).tree()
+	f.Fuzz(func(t *testing.T, s string) {
+		in := strings.Fields(s)
+		out := Reorder(root, in)
+		if len(in) > 0 && len(out) < len(in) {
+			t.Fatalf("Reorder dropped arguments: %q -> %q", in, out)
+		}
+	})
+}

@@ -1,0 +1,132 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/cli"
+	"shoal/internal/testenv"
+)
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func run(t *testing.T, bin, endpoint string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{"SHOAL_ENDPOINT=" + endpoint, "PATH=/usr/bin:/bin"}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+func (r result) must(t *testing.T, code int, what string) result {
+	t.Helper()
+	if r.code != code {
+		t.Fatalf("%s: exit %d, want %d\nstdout: %s\nstderr: %s", what, r.code, code, r.stdout, r.stderr)
+	}
+	return r
+}
+
+// g. The README's quickstart, through the built binary, in its documented
+// syntax (flags after positional arguments).
+func TestQuickstartThroughBinary(t *testing.T) {
+	testenv.RequireDocker(t)
+	bin := testenv.Binary(t)
+	n := testenv.StartNode(t, testenv.NodeConfig(t))
+	ep := n.Addr()
+
+	run(t, bin, ep, "provider", "create", "nvidia", "--type", "nvidia", "--credential", "NVIDIA_API_KEY=nvapi-e2e-secret").must(t, 0, "provider create")
+	r := run(t, bin, ep, "sandbox", "create", "agent", "--provider", "nvidia", "--wait").must(t, 0, "sandbox create --wait")
+	if !strings.Contains(r.stdout, "READY") {
+		t.Fatalf("sandbox create --wait printed no READY: %s", r.stdout)
+	}
+	r = run(t, bin, ep, "sandbox", "exec", "agent", "--", "env").must(t, 0, "sandbox exec env")
+	if !strings.Contains(r.stdout, "NVIDIA_API_KEY=nvapi-e2e-secret") {
+		t.Fatalf("exec env does not show the credential:\n%s", r.stdout)
+	}
+	run(t, bin, ep, "sandbox", "exec", "agent", "--", "sh", "-c", "exit 7").must(t, 7, "exec exit code")
+	// Credentials never come back through the API.
+	r = run(t, bin, ep, "-o", "json", "provider", "get", "nvidia").must(t, 0, "provider get")
+	if strings.Contains(r.stdout, "nvapi-e2e-secret") || !strings.Contains(r.stdout, "NVIDIA_API_KEY") {
+		t.Fatalf("provider get leaked or lost the credential: %s", r.stdout)
+	}
+	r = run(t, bin, ep, "provider", "delete", "nvidia").must(t, cli.ExitPrecondition, "provider delete while attached")
+	if !strings.Contains(r.stderr, "attached to sandbox(es): agent") {
+		t.Fatalf("provider delete error does not name the sandbox: %s", r.stderr)
+	}
+	run(t, bin, ep, "sandbox", "label", "agent", "team=ml").must(t, 0, "sandbox label")
+	r = run(t, bin, ep, "sandbox", "list", "--selector", "team=ml").must(t, 0, "sandbox list --selector")
+	if !strings.Contains(r.stdout, "agent") {
+		t.Fatalf("selector list misses agent: %s", r.stdout)
+	}
+	run(t, bin, ep, "sandbox", "delete", "agent", "--wait").must(t, 0, "sandbox delete --wait")
+	run(t, bin, ep, "provider", "delete", "nvidia").must(t, 0, "provider delete")
+	run(t, bin, ep, "sandbox", "get", "agent").must(t, cli.ExitNotFound, "get deleted sandbox")
+	run(t, bin, ep, "sandbox", "delete", "agent", "--ignore-not-found").must(t, 0, "delete --ignore-not-found")
+	run(t, bin, ep, "provider", "delete", "nvidia", "--ignore-not-found").must(t, 0, "provider delete --ignore-not-found")
+}
+
+// h. Bad input through the CLI: exit 2, a message naming the field, nothing stored.
+func TestBadInputThroughBinary(t *testing.T) {
+	testenv.RequireDocker(t)
+	bin := testenv.Binary(t)
+	n := testenv.StartNode(t, testenv.NodeConfig(t))
+	ep := n.Addr()
+	for _, tc := range []struct {
+		args  []string
+		field string
+	}{
+		{[]string{"sandbox", "create", "Bad_Name"}, "sandbox.meta.name"},
+		{[]string{"sandbox", "create", strings.Repeat("a", 64)}, "sandbox.meta.name"},
+		{[]string{"sandbox", "create", "ok", "--env", "1BAD=x"}, "sandbox.spec.env"},
+		{[]string{"sandbox", "create", "ok", "--env", "BIG=" + strings.Repeat("x", 8<<10+1)}, "sandbox.spec.env[BIG]"},
+		{[]string{"sandbox", "create", "ok", "--label", "bad key=x"}, "sandbox.meta.labels"},
+		{[]string{"sandbox", "create", "ok", "--provider", "UPPER"}, "sandbox.spec.providers[0]"},
+		{[]string{"provider", "create", "p", "--type", "nvidia", "--credential", "bad-key=x"}, "provider.credentials"},
+		{[]string{"sandbox", "list", "--selector", "=x"}, "label_selector"},
+	} {
+		r := run(t, bin, ep, tc.args...)
+		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tc.field) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d naming %s", tc.args, r.code, r.stderr, cli.ExitUsage, tc.field)
+		}
+	}
+	// Too many providers.
+	args := []string{"sandbox", "create", "ok"}
+	for i := range 33 {
+		args = append(args, "--provider", "p"+string(rune('a'+i%26))+string(rune('a'+i/26)))
+	}
+	if r := run(t, bin, ep, args...); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "sandbox.spec.providers") {
+		t.Errorf("33 providers: exit %d, %q", r.code, r.stderr)
+	}
+	ctx := context.Background()
+	sbs, err := n.Client.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{})
+	if err != nil || len(sbs.Items) != 0 {
+		t.Fatalf("bad input stored sandboxes: %v %v", sbs, err)
+	}
+	ps, err := n.Client.ListProviders(ctx, &shoalv1.ListProvidersRequest{})
+	if err != nil || len(ps.Items) != 0 {
+		t.Fatalf("bad input stored providers: %v %v", ps, err)
+	}
+	// Unreachable endpoint: exit 5 and a hint.
+	r := run(t, bin, "127.0.0.1:1", "sandbox", "list")
+	if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, "shoal node start") {
+		t.Fatalf("unreachable endpoint: exit %d %q", r.code, r.stderr)
+	}
+}
