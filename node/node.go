@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc"
 
 	"shoal/agent"
-	"shoal/apiserver"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/apiserver"
 	"shoal/coordinator"
 	"shoal/docker"
 	"shoal/embedetcd"

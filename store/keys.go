@@ -25,6 +25,7 @@ func (k keys) releases(ws, provider string) string {
 func (k keys) release(ws, provider, sandbox string) string {
 	return k.releases(ws, provider) + sandbox
 }
+
 // intent is the pending-deletion key of a sandbox (see deletion.go).
 func (k keys) intent(ws, name string) string { return k.prefix + "/deleting/" + ws + "/" + name }
 

@@ -96,4 +96,3 @@ var ErrFenced = &shoal.Error{Kind: shoal.KindUnavailable, Msg: "write fenced out
 func ts(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
 
 func clone[T proto.Message](m T) T { return proto.Clone(m).(T) }
-

@@ -351,7 +351,10 @@ func TestProviderDeleteRacesCreateAndAttach(t *testing.T) {
 		wg.Add(3)
 		go func() { defer wg.Done(); _, createErr = s.CreateSandbox(ctx, sandbox(fmt.Sprintf("new%d", r), pn)) }()
 		go func() { defer wg.Done(); _, attachErr = s.AttachProvider(ctx, "default", host, pn) }()
-		go func() { defer wg.Done(); deleted, _, delErr = s.DeleteProvider(ctx, "default", pn, store.Preconditions{}) }()
+		go func() {
+			defer wg.Done()
+			deleted, _, delErr = s.DeleteProvider(ctx, "default", pn, store.Preconditions{})
+		}()
 		wg.Wait()
 		for _, err := range []error{createErr, attachErr, delErr} {
 			if err != nil && shoal.KindOf(err) != shoal.KindFailedPrecondition {
@@ -414,4 +417,3 @@ func countPrefix(t *testing.T, c *clientv3.Client, p string) int64 {
 	}
 	return resp.Count
 }
-

@@ -64,7 +64,7 @@ const (
 //  3. Txn If(ModRevision(key) == read [, related compares] [, fence])
 //     Then(Put or Delete [, related ops])
 //     Else(Txn If(Value(key) == bytes read [, same compares]) Then(same ops)
-//          Else(Get key [, Get fence key]));
+//     Else(Get key [, Get fence key]));
 //  4. on failure the Else branch is the fresh state: go to 2 without
 //     another read;
 //  5. repeat until success or ctx ends. Jittered backoff starts only

@@ -1,0 +1,157 @@
+package apiserver_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/apiserver"
+	"shoal/internal/testenv"
+)
+
+// h. Bad input through the API: INVALID_ARGUMENT naming the field, nothing
+// stored, no panic (nil messages included).
+func TestBadInputThroughAPI(t *testing.T) {
+	testenv.RequireDocker(t)
+	n := testenv.StartNode(t, testenv.NodeConfig(t))
+	c := n.Client
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	meta := func(name string) *shoalv1.ObjectMeta { return &shoalv1.ObjectMeta{Name: name} }
+	env := map[string]string{}
+	for i := range 129 {
+		env["E"+strings.Repeat("x", i)] = "v"
+	}
+	provs := make([]string, 33)
+	for i := range provs {
+		provs[i] = "p" + strings.Repeat("a", i+1)
+	}
+	for _, tc := range []struct {
+		name  string
+		call  func() error
+		field string
+	}{
+		{"nil sandbox", func() error { _, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{}); return err }, "sandbox"},
+		{"nil meta", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{}})
+			return err
+		}, "sandbox.meta"},
+		{"bad name", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("-x")}})
+			return err
+		}, "sandbox.meta.name"},
+		{"bad workspace", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "a", Workspace: "A/B"}}})
+			return err
+		}, "sandbox.meta.workspace"},
+		{"129 env", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("a"), Spec: &shoalv1.SandboxSpec{Env: env}}})
+			return err
+		}, "sandbox.spec.env"},
+		{"33 providers", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("a"), Spec: &shoalv1.SandboxSpec{Providers: provs}}})
+			return err
+		}, "sandbox.spec.providers"},
+		{"duplicate provider", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("a"), Spec: &shoalv1.SandboxSpec{Providers: []string{"p", "p"}}}})
+			return err
+		}, "sandbox.spec.providers[1]"},
+		{"negative memory", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("a"), Spec: &shoalv1.SandboxSpec{Resources: &shoalv1.Resources{MemoryBytes: -1}}}})
+			return err
+		}, "sandbox.spec.resources.memory_bytes"},
+		{"provider without type", func() error {
+			_, err := c.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{Meta: meta("p")}})
+			return err
+		}, "provider.type"},
+		{"provider bad credential key", func() error {
+			_, err := c.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{Meta: meta("p"), Type: shoalv1.ProviderType_OPENAI, Credentials: map[string]string{"a-b": "x"}}})
+			return err
+		}, "provider.credentials"},
+		{"get bad name", func() error { _, err := c.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: ""}); return err }, "name"},
+		{"page size", func() error { _, err := c.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageSize: -1}); return err }, "page_size"},
+		{"page token", func() error {
+			_, err := c.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageToken: "garbage!"})
+			return err
+		}, "page_token"},
+		{"selector", func() error {
+			_, err := c.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{LabelSelector: "a=b,,c"})
+			return err
+		}, "label_selector"},
+		{"exec no command", func() error { _, err := c.Exec(ctx, &shoalv1.ExecRequest{Name: "a"}); return err }, "command"},
+		{"attach bad provider", func() error {
+			_, err := c.AttachProvider(ctx, &shoalv1.AttachProviderRequest{Name: "a", Provider: "No"})
+			return err
+		}, "provider"},
+	} {
+		err := tc.call()
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), tc.field) {
+			t.Errorf("%s: %v; want INVALID_ARGUMENT naming %q", tc.name, err, tc.field)
+		}
+	}
+	// Over the request size limit.
+	big := map[string]string{"X": strings.Repeat("x", 5<<20)}
+	_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("a"), Spec: &shoalv1.SandboxSpec{Env: big}}})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("oversized request: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	sbs, err := c.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{})
+	if err != nil || len(sbs.Items) != 0 {
+		t.Fatalf("bad input stored sandboxes: %v %v", sbs.GetItems(), err)
+	}
+	ps, err := c.ListProviders(ctx, &shoalv1.ListProvidersRequest{})
+	if err != nil || len(ps.Items) != 0 {
+		t.Fatalf("bad input stored providers: %v %v", ps.GetItems(), err)
+	}
+}
+
+// Paging returns every item once, at one revision.
+func TestListPagingAndSelector(t *testing.T) {
+	testenv.RequireDocker(t)
+	cfg := testenv.NodeConfig(t)
+	cfg.DefaultImage = "shoal/does-not-exist:never" // no containers needed here
+	n := testenv.StartNode(t, cfg)
+	ctx := context.Background()
+	for i := range 7 {
+		lbl := map[string]string{"parity": []string{"even", "odd"}[i%2]}
+		_, err := n.Client.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "s" + string(rune('a'+i)), Labels: lbl}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	tok, pages := "", 0
+	for {
+		resp, err := n.Client.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageSize: 2, PageToken: tok, LabelSelector: "parity=even"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, sb := range resp.Items {
+			if seen[sb.Meta.Name] || sb.Meta.Labels["parity"] != "even" {
+				t.Fatalf("item %s repeated or wrong label", sb.Meta.Name)
+			}
+			seen[sb.Meta.Name] = true
+		}
+		if tok = resp.NextPageToken; tok == "" {
+			break
+		}
+	}
+	if len(seen) != 4 || pages != 2 {
+		t.Fatalf("saw %d even sandboxes over %d pages, want 4 over 2", len(seen), pages)
+	}
+}
+
+func FuzzSelector(f *testing.F) {
+	for _, s := range []string{"a=b", "a!=b,c", "!d", "x==y", "a=b,,", "k8s.io/x=1", "=", "!"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		apiserver.ParseSelectorForFuzz(s)
+	})
+}
