@@ -18,7 +18,9 @@ test: build image
 	SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m ./...
 
 bench: build image
-	$(GO) test -run '^$$' -bench . -benchtime 2s -count 1 -timeout 30m ./bench/ | tee bench/last.txt
+	( $(GO) test -run '^$$' -bench UpdateLoopVsRaw -benchtime 3000x -count 3 ./bench/ && \
+	  $(GO) test -run '^$$' -bench DeleteSandboxLatency -benchtime 1x -count 1 -timeout 20m ./bench/ && \
+	  $(GO) test -run '^$$' -bench CreateToReady -benchtime 30x -count 1 -timeout 20m ./bench/ ) | tee bench/last.txt
 
 image:
 	./deploy/image/build.sh $(IMAGE)
