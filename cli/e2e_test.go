@@ -62,6 +62,10 @@ func TestQuickstartThroughBinary(t *testing.T) {
 		t.Fatalf("exec env does not show the credential:\n%s", r.stdout)
 	}
 	run(t, bin, ep, "sandbox", "exec", "agent", "--", "sh", "-c", "exit 7").must(t, 7, "exec exit code")
+	r = run(t, bin, ep, "sandbox", "logs", "agent").must(t, 0, "sandbox logs")
+	if !strings.Contains(r.stdout, "sandbox ready") {
+		t.Fatalf("logs miss the image's greeting: %q", r.stdout)
+	}
 	// Credentials never come back through the API.
 	r = run(t, bin, ep, "-o", "json", "provider", "get", "nvidia").must(t, 0, "provider get")
 	if strings.Contains(r.stdout, "nvapi-e2e-secret") || !strings.Contains(r.stdout, "NVIDIA_API_KEY") {
@@ -128,5 +132,21 @@ func TestBadInputThroughBinary(t *testing.T) {
 	r := run(t, bin, "127.0.0.1:1", "sandbox", "list")
 	if r.code != cli.ExitUnavailable || !strings.Contains(r.stderr, "shoal node start") {
 		t.Fatalf("unreachable endpoint: exit %d %q", r.code, r.stderr)
+	}
+}
+
+// With no Docker engine reachable, node start says so in one line and exits.
+func TestNodeStartWithoutDocker(t *testing.T) {
+	bin := testenv.Binary(t)
+	cfg := testenv.NodeConfig(t)
+	r := run(t, bin, "", "node", "start", "--data-dir", cfg.DataDir, "--listen", "127.0.0.1:0",
+		"--etcd-listen-client", cfg.EtcdListenClient, "--etcd-listen-peer", cfg.EtcdListenPeer,
+		"--docker-host", "unix://"+t.TempDir()+"/no-docker.sock")
+	if r.code != cli.ExitError {
+		t.Fatalf("exit %d, want %d; stderr %q", r.code, cli.ExitError, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "no Docker engine is reachable") || !strings.Contains(lines[0], "Start the Docker engine") {
+		t.Fatalf("want one clear line saying what to do, got:\n%s", r.stderr)
 	}
 }
