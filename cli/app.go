@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -166,4 +167,40 @@ func (a *app) timeoutCtx(c *cli.Context) (context.Context, context.CancelFunc) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && isTTY(f.Fd())
+}
+
+// allPages follows page tokens until the last page.
+func allPages[T any](page func(token string) ([]T, string, error)) ([]T, error) {
+	var all []T
+	tok := ""
+	for {
+		items, next, err := page(tok)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, items...)
+		if tok = next; tok == "" {
+			return all, nil
+		}
+	}
+}
+
+// recvAll hands every message of a server stream to handle until the
+// stream ends or the user interrupts.
+func recvAll[T any](ctx context.Context, recv func() (T, error), handle func(T) error) error {
+	for {
+		m, err := recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if err := handle(m); err != nil {
+			return err
+		}
+	}
 }

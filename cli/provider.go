@@ -101,17 +101,12 @@ as an environment variable. Credentials are never shown again.
 					if err != nil {
 						return err
 					}
-					var all []*shoalv1.Provider
-					tok := ""
-					for {
+					all, err := allPages(func(tok string) ([]*shoalv1.Provider, string, error) {
 						resp, err := api.ListProviders(c.Context, &shoalv1.ListProvidersRequest{Workspace: a.workspace, PageToken: tok})
-						if err != nil {
-							return err
-						}
-						all = append(all, resp.Items...)
-						if tok = resp.NextPageToken; tok == "" {
-							break
-						}
+						return resp.GetItems(), resp.GetNextPageToken(), err
+					})
+					if err != nil {
+						return err
 					}
 					return a.out.providers(all...)
 				},

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -132,17 +131,12 @@ func (a *app) sandboxList() *cli.Command {
 			if err != nil {
 				return err
 			}
-			var all []*shoalv1.Sandbox
-			tok := ""
-			for {
+			all, err := allPages(func(tok string) ([]*shoalv1.Sandbox, string, error) {
 				resp, err := api.ListSandboxes(c.Context, &shoalv1.ListSandboxesRequest{Workspace: a.workspace, LabelSelector: c.String("selector"), PageToken: tok})
-				if err != nil {
-					return err
-				}
-				all = append(all, resp.Items...)
-				if tok = resp.NextPageToken; tok == "" {
-					break
-				}
+				return resp.GetItems(), resp.GetNextPageToken(), err
+			})
+			if err != nil {
+				return err
 			}
 			return a.out.sandboxes(all...)
 		},
@@ -310,23 +304,14 @@ func (a *app) sandboxLogs() *cli.Command {
 			if err != nil {
 				return err
 			}
-			for {
-				chunk, err := stream.Recv()
-				if errors.Is(err, io.EOF) {
-					return nil
-				}
-				if err != nil {
-					if c.Context.Err() != nil {
-						return nil
-					}
-					return err
-				}
+			return recvAll(c.Context, stream.Recv, func(chunk *shoalv1.LogsChunk) error {
 				w := a.stdout
 				if chunk.Stream == "stderr" {
 					w = a.stderr
 				}
-				w.Write(chunk.Data)
-			}
+				_, err := w.Write(chunk.Data)
+				return err
+			})
 		},
 	}
 }
@@ -351,27 +336,15 @@ func (a *app) sandboxWatch() *cli.Command {
 			if err != nil {
 				return err
 			}
-			for {
-				ev, err := stream.Recv()
-				if errors.Is(err, io.EOF) {
-					return nil
-				}
-				if err != nil {
-					if c.Context.Err() != nil {
-						return nil
-					}
-					return err
-				}
+			return recvAll(c.Context, stream.Recv, func(ev *shoalv1.WatchEvent) error {
 				if a.out.format != formatTable {
-					if err := a.out.objects(nil, nil, ev); err != nil {
-						return err
-					}
-					continue
+					return a.out.objects(nil, nil, ev)
 				}
 				sb := ev.Sandbox
-				fmt.Fprintf(a.stdout, "%-8s %-24s %-12s rv=%d\n", ev.Type, sb.GetMeta().GetName(),
+				_, err := fmt.Fprintf(a.stdout, "%-8s %-24s %-12s rv=%d\n", ev.Type, sb.GetMeta().GetName(),
 					strings.TrimPrefix(sb.GetStatus().GetPhase().String(), "SANDBOX_PHASE_"), ev.ResourceVersion)
-			}
+				return err
+			})
 		},
 	}
 }

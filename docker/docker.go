@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"shoal"
@@ -129,7 +129,7 @@ func (r *Runtime) Run(ctx context.Context, s Spec) (string, error) {
 	}
 	resp, err := r.cli.ContainerCreate(ctx, cfg, host, nil, nil, ContainerName(s.Workspace, s.Name, s.UID))
 	if err != nil {
-		if errdefs.IsNotFound(err) {
+		if cerrdefs.IsNotFound(err) {
 			return "", shoal.FailedPrecondition("image %q is not present on this node's Docker engine (nothing can be pulled here); build it with `make image`", s.Image)
 		}
 		return "", fmt.Errorf("create container: %w", err)
@@ -158,7 +158,7 @@ func (r *Runtime) Remove(ctx context.Context, uid string) error {
 // RemoveContainer force-removes one container; gone is success.
 func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 	err := r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !errdefs.IsNotFound(err) && !strings.Contains(err.Error(), "is already in progress") {
+	if err != nil && !cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "is already in progress") {
 		return fmt.Errorf("remove container %s: %w", id[:min(12, len(id))], err)
 	}
 	return nil
@@ -211,7 +211,7 @@ type State struct {
 // State{Exists: false} and no error.
 func (r *Runtime) Inspect(ctx context.Context, id string) (State, error) {
 	ci, err := r.cli.ContainerInspect(ctx, id)
-	if errdefs.IsNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return State{}, nil
 	}
 	if err != nil {
@@ -236,7 +236,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin []byt
 		Cmd: cmd, AttachStdout: true, AttachStderr: true, AttachStdin: len(stdin) > 0,
 	})
 	if err != nil {
-		if errdefs.IsNotFound(err) || errdefs.IsConflict(err) {
+		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
 			return ExecResult{}, shoal.FailedPrecondition("container is not running: %v", err)
 		}
 		return ExecResult{}, fmt.Errorf("exec create: %w", err)
@@ -286,7 +286,7 @@ func (r *Runtime) Logs(ctx context.Context, id string, follow bool, tail int, st
 	}
 	rc, err := r.cli.ContainerLogs(ctx, id, opts)
 	if err != nil {
-		if errdefs.IsNotFound(err) {
+		if cerrdefs.IsNotFound(err) {
 			return shoal.FailedPrecondition("the sandbox's container is gone")
 		}
 		return fmt.Errorf("logs: %w", err)
@@ -346,7 +346,7 @@ func (r *Runtime) Events(ctx context.Context) (<-chan Event, <-chan error) {
 // HasImage reports whether the engine has an image.
 func (r *Runtime) HasImage(ctx context.Context, ref string) (bool, error) {
 	_, err := r.cli.ImageInspect(ctx, ref)
-	if errdefs.IsNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return false, nil
 	}
 	return err == nil, err

@@ -29,9 +29,6 @@ func (k keys) release(ws, provider, sandbox string) string {
 // intent is the pending-deletion key of a sandbox (see deletion.go).
 func (k keys) intent(ws, name string) string { return k.prefix + "/deleting/" + ws + "/" + name }
 
-func (k keys) allAttachments() string { return k.prefix + "/attach/" }
-func (k keys) allReleases() string    { return k.prefix + "/release/" }
-
 // Leader is the election prefix used by package lease.
 func (k keys) leader() string { return k.prefix + "/leader/" }
 

@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 
-	"github.com/google/uuid"
-
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 )
@@ -13,14 +11,7 @@ import (
 // ModRevision(provider) == 0.
 func (s *Store) CreateProvider(ctx context.Context, p *shoalv1.Provider) (*shoalv1.Provider, error) {
 	p = clone(p)
-	m := p.GetMeta()
-	if m.Workspace == "" {
-		m.Workspace = DefaultWorkspace
-	}
-	m.Uid = uuid.NewString()
-	m.CreatedAt = ts(s.now())
-	m.DeletionTimestamp = nil
-	m.ResourceVersion = 0
+	m := s.newMeta(p.GetMeta())
 	return update(ctx, s, updateSpec[*shoalv1.Provider]{
 		codec: providerCodec,
 		key:   s.k.provider(m.Workspace, m.Name),

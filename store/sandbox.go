@@ -17,14 +17,7 @@ import (
 // ModRevision the provider was read at.
 func (s *Store) CreateSandbox(ctx context.Context, sb *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
 	sb = clone(sb)
-	m := sb.GetMeta()
-	if m.Workspace == "" {
-		m.Workspace = DefaultWorkspace
-	}
-	m.Uid = uuid.NewString()
-	m.CreatedAt = ts(s.now())
-	m.DeletionTimestamp = nil
-	m.ResourceVersion = 0
+	m := s.newMeta(sb.GetMeta())
 	if sb.Status == nil {
 		sb.Status = &shoalv1.SandboxStatus{}
 	}
@@ -193,6 +186,18 @@ func (s *Store) attachable(ctx context.Context, ws, provider string) (int64, err
 		return 0, shoal.FailedPrecondition("provider %q is being deleted and takes no new attachments", provider)
 	}
 	return resp.Kvs[0].ModRevision, nil
+}
+
+// newMeta fills the server-owned fields of a new object's meta.
+func (s *Store) newMeta(m *shoalv1.ObjectMeta) *shoalv1.ObjectMeta {
+	if m.Workspace == "" {
+		m.Workspace = DefaultWorkspace
+	}
+	m.Uid = uuid.NewString()
+	m.CreatedAt = ts(s.now())
+	m.DeletionTimestamp = nil
+	m.ResourceVersion = 0
+	return m
 }
 
 // get reads one object.
