@@ -199,7 +199,10 @@ func (c *Coordinator) process(ctx context.Context, fence *store.Fence, t task) e
 	if t.provider {
 		ctx, span := c.cfg.Tracer.Start(ctx, "coordinator.FinalizeProvider")
 		defer span.End()
-		_, err := c.cfg.Store.FinalizeProvider(ctx, t.ws, t.name, fence)
+		gone, rev, err := c.cfg.Store.FinalizeProvider(ctx, t.ws, t.name, fence)
+		if gone {
+			c.fencedWrite("provider finalized", t.ws, t.name, fence, rev)
+		}
 		return err
 	}
 	ctx, span := c.cfg.Tracer.Start(ctx, "coordinator.Teardown")
@@ -210,18 +213,32 @@ func (c *Coordinator) process(ctx context.Context, fence *store.Fence, t task) e
 		return err
 	}
 	// Step 3: record and attachment keys, in one fenced Txn.
-	if err := c.cfg.Store.RemoveSandbox(ctx, t.ws, t.name, t.uid, fence); err != nil {
+	rev, err := c.cfg.Store.RemoveSandbox(ctx, t.ws, t.name, t.uid, fence)
+	if err != nil {
 		if shoal.KindOf(err) == shoal.KindFailedPrecondition {
 			return nil // not marked for deletion (cannot happen for a uid we saw DELETING)
 		}
 		return err
 	}
-	c.log.Info("sandbox removed", "workspace", t.ws, "name", t.name, "uid", t.uid)
+	if rev != 0 {
+		c.fencedWrite("sandbox removed", t.ws, t.name, fence, rev)
+	}
 	// The providers it released may now be finalisable.
 	for _, p := range t.providers {
-		if _, err := c.cfg.Store.FinalizeProvider(ctx, t.ws, p, fence); err != nil && shoal.KindOf(err) != shoal.KindNotFound {
+		gone, rev, err := c.cfg.Store.FinalizeProvider(ctx, t.ws, p, fence)
+		if err != nil && shoal.KindOf(err) != shoal.KindNotFound {
 			return err
+		}
+		if gone {
+			c.fencedWrite("provider finalized", t.ws, p, fence, rev)
 		}
 	}
 	return nil
+}
+
+// fencedWrite logs an applied leader-only write with its fencing token and
+// commit revision: the chaos suite checks from these lines that no write of
+// a deposed leader was ever applied.
+func (c *Coordinator) fencedWrite(what, ws, name string, fence *store.Fence, rev int64) {
+	c.log.Info(what, "workspace", ws, "name", name, "fence_key", fence.Key, "fence_rev", fence.Revision, "commit_rev", rev)
 }

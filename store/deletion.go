@@ -104,9 +104,12 @@ func (s *Store) MarkSandboxDeleting(ctx context.Context, ws, name string, pre Pr
 // RemoveSandbox is the last step of teardown: one fenced Txn that deletes
 // the record of the sandbox with the given uid, its deletion intent and
 // every attachment key it holds. A record that is already gone (or
-// replaced) is success.
-func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence *Fence) error {
+// replaced) is success, with revision 0; otherwise the revision is that of
+// the removing Txn.
+func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence *Fence) (int64, error) {
+	var rev int64
 	_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
+		committed: &rev,
 		codec:    sandboxCodec,
 		key:      s.k.sandbox(ws, name),
 		intent:   s.k.intent(ws, name),
@@ -124,9 +127,9 @@ func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence *
 		related: s.sandboxRelated,
 	})
 	if err == errGone {
-		return nil
+		return 0, nil
 	}
-	return err
+	return rev, err
 }
 
 var errGone = shoal.NotFound("already removed")
@@ -165,6 +168,9 @@ func (s *Store) DeleteProvider(ctx context.Context, ws, name string, pre Precond
 			return cur, nil
 		},
 		related: func(_ context.Context, _, new *shoalv1.Provider) ([]clientv3.Cmp, []clientv3.Op, error) {
+			if brokenMode == "check-then-act" {
+				return nil, nil, nil
+			}
 			cmps := []clientv3.Cmp{noKeys(attachP)}
 			if new == nil {
 				cmps = append(cmps, noKeys(releaseP))
@@ -180,10 +186,12 @@ func (s *Store) DeleteProvider(ctx context.Context, ws, name string, pre Precond
 
 // FinalizeProvider deletes a terminating provider once no sandbox holds it.
 // It reports whether the provider is gone.
-func (s *Store) FinalizeProvider(ctx context.Context, ws, name string, fence *Fence) (bool, error) {
+func (s *Store) FinalizeProvider(ctx context.Context, ws, name string, fence *Fence) (bool, int64, error) {
 	attachP, releaseP := s.k.attachments(ws, name), s.k.releases(ws, name)
 	var busy bool
+	var rev int64
 	_, err := update(ctx, s, updateSpec[*shoalv1.Provider]{
+		committed: &rev,
 		codec: providerCodec,
 		key:   s.k.provider(ws, name),
 		fence: fence,
@@ -210,7 +218,7 @@ func (s *Store) FinalizeProvider(ctx context.Context, ws, name string, fence *Fe
 			return []clientv3.Cmp{noKeys(attachP), noKeys(releaseP)}, nil, nil
 		},
 	})
-	return err == nil && !busy, err
+	return err == nil && !busy && rev != 0, rev, err
 }
 
 // noKeys holds while no key exists under prefix: every key in the range
