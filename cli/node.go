@@ -35,6 +35,7 @@ external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits a
 				&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "leader lease `TTL`"},
 				&cli.DurationFlag{Name: "resync", Value: def.Resync, Usage: "reconcile everything every `INTERVAL`"},
 				&cli.DurationFlag{Name: "orphan-grace", Value: def.OrphanGrace, Usage: "reap unrecorded containers after `DURATION`"},
+				&cli.StringFlag{Name: "debug-listen", Usage: "serve net/http/pprof on `ADDRESS` (off by default)"},
 				&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn, error"},
 				&cli.StringFlag{Name: "log-format", Value: "text", Usage: "`FORMAT`: text or json"},
 			},
@@ -69,6 +70,7 @@ external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits a
 				cfg.LeaseTTL = c.Duration("lease-ttl")
 				cfg.Resync = c.Duration("resync")
 				cfg.OrphanGrace = c.Duration("orphan-grace")
+				cfg.DebugListen = c.String("debug-listen")
 				cfg.Logger = slog.New(h)
 				n, err := node.New(cfg)
 				if err != nil {

@@ -44,6 +44,9 @@ type Config struct {
 	OrphanGrace  time.Duration
 	// ShutdownTimeout bounds the graceful part of shutdown.
 	ShutdownTimeout time.Duration
+	// DebugListen, if set, serves net/http/pprof there (loopback only
+	// unless told otherwise): the soak test reads goroutine counts from it.
+	DebugListen string
 	// UnsafeNoFsync is for tests only.
 	UnsafeNoFsync bool
 

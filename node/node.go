@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"sync"
@@ -131,6 +133,25 @@ func (n *Node) Run(ctx context.Context) error {
 	n.mu.Lock()
 	n.addr, n.st, n.el, n.ag = lis.Addr().String(), st, el, ag
 	n.mu.Unlock()
+
+	var debug *http.Server
+	if cfg.DebugListen != "" {
+		dl, err := net.Listen("tcp", cfg.DebugListen)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("--debug-listen %s: %w", cfg.DebugListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		debug = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		debugDone := make(chan struct{})
+		go func() { defer close(debugDone); _ = debug.Serve(dl) }()
+		defer func() { debug.Close(); <-debugDone }()
+	}
 
 	loops, lctx := errgroup.WithContext(ctx)
 	loops.Go(func() error { return co.Start(lctx) })
