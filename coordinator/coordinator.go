@@ -174,6 +174,14 @@ func sandboxTask(sb *shoalv1.Sandbox) task {
 }
 
 func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) {
+	// Roll forward deletions whose deleter died between intent and mark.
+	if pending, err := c.cfg.Store.PendingIntents(ctx); err == nil {
+		for _, p := range pending {
+			if err := c.cfg.Store.CompleteIntent(ctx, p.Workspace, p.Sandbox, p.UID); err != nil && ctx.Err() == nil {
+				c.log.Warn("resync: complete deletion intent", "sandbox", p.Sandbox, "err", err)
+			}
+		}
+	}
 	page, err := c.cfg.Store.ListSandboxes(ctx, "", store.ListOptions{}, func(sb *shoalv1.Sandbox) bool {
 		return sb.GetMeta().GetDeletionTimestamp() != nil
 	})

@@ -82,12 +82,19 @@ func (s *Store) MarkSandboxDeleting(ctx context.Context, ws, name string, pre Pr
 			return nil, etcdErr(ctx, terr)
 		}
 		if tx.Succeeded {
-			pre = Preconditions{UID: cur.Meta.Uid}
-			break
+			return s.mark(ctx, ws, name, cur.Meta.Uid)
 		}
 		resp = (*clientv3.GetResponse)(tx.Responses[0].GetResponseRange())
 	}
-	return s.updateSandbox(ctx, ws, name, pre, true, func(sb *shoalv1.Sandbox) error {
+}
+
+// mark is step 1's second half: set deletion_timestamp and phase DELETING
+// on the record with the intent's uid, and move its attachments to
+// release/. The deleter runs it; so does any writer that finds an intent
+// not yet marked (helping), and the coordinator's resync, so a crash between
+// the intent and the mark cannot leave a deletion half done.
+func (s *Store) mark(ctx context.Context, ws, name, uid string) (*shoalv1.Sandbox, error) {
+	return s.updateSandbox(ctx, ws, name, Preconditions{UID: uid}, true, func(sb *shoalv1.Sandbox) error {
 		if sb.Meta.DeletionTimestamp != nil {
 			return nil
 		}
@@ -247,4 +254,34 @@ func (s *Store) countKeys(ctx context.Context, prefix string) (int64, error) {
 		return 0, etcdErr(ctx, err)
 	}
 	return resp.Count, nil
+}
+
+// PendingIntents lists sandboxes whose deletion intent exists but whose
+// record is not marked yet (a deleter died between the two steps). The
+// coordinator completes them with CompleteIntent.
+func (s *Store) PendingIntents(ctx context.Context) ([]Attachment, error) {
+	resp, err := s.c.Get(ctx, s.k.prefix+"/deleting/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, etcdErr(ctx, err)
+	}
+	var out []Attachment
+	for _, kv := range resp.Kvs {
+		parts := strings.Split(strings.TrimPrefix(string(kv.Key), s.k.prefix+"/deleting/"), "/")
+		if len(parts) != 2 {
+			continue
+		}
+		out = append(out, Attachment{Workspace: parts[0], Sandbox: parts[1], UID: string(kv.Value)})
+	}
+	return out, nil
+}
+
+// CompleteIntent marks the sandbox of a pending intent DELETING. A record
+// that is gone or has another uid is left alone.
+func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string) error {
+	_, err := s.mark(ctx, ws, name, uid)
+	switch shoal.KindOf(err) {
+	case shoal.KindNotFound, shoal.KindConflict:
+		return nil
+	}
+	return err
 }

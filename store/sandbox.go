@@ -59,6 +59,7 @@ func (s *Store) updateSandbox(ctx context.Context, ws, name string, pre Precondi
 		key:      s.k.sandbox(ws, name),
 		intent:   s.k.intent(ws, name),
 		deleting: deleting,
+		help:     func(ctx context.Context, uid string) error { _, err := s.mark(ctx, ws, name, uid); return err },
 		pre:      pre,
 		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
 			if cur == nil {

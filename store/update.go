@@ -40,6 +40,10 @@ type updateSpec[T object] struct {
 	// a deletion is requested, ordinary writers stop competing with it.
 	intent   string
 	deleting bool
+	// help completes a pending deletion (intent present, record not yet
+	// marked) before an ordinary writer is turned away, so that no reader
+	// can see a write refused as "being deleted" and then a live record.
+	help func(ctx context.Context, uid string) error
 	// committed, if set, receives the revision of the successful Txn.
 	committed *int64
 }
@@ -80,11 +84,11 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 	if u.start != nil {
 		cur, raw, rev = u.start.obj, u.start.raw, u.start.rev
 	}
-	intentSeen := false
+	intentSeen, intentUID := false, ""
 	if u.start == nil || u.intent != "" {
 		ops := []clientv3.Op{clientv3.OpGet(u.key)}
 		if u.intent != "" {
-			ops = append(ops, clientv3.OpGet(u.intent, clientv3.WithKeysOnly()))
+			ops = append(ops, clientv3.OpGet(u.intent))
 		}
 		resp, err := s.c.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
@@ -97,12 +101,19 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 			raw, rev = kvs[0].Value, kvs[0].ModRevision
 		}
 		if u.intent != "" {
-			intentSeen = len(resp.Responses[1].GetResponseRange().GetKvs()) > 0
+			if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				intentSeen, intentUID = true, string(kvs[0].Value)
+			}
 		}
 	}
 
 	for attempt := 0; ; attempt++ {
 		if intentSeen && !u.deleting && cur != zero {
+			if u.help != nil && cur.GetMeta().GetDeletionTimestamp() == nil && cur.GetMeta().GetUid() == intentUID {
+				if err := u.help(ctx, intentUID); err != nil && shoal.KindOf(err) != shoal.KindNotFound && shoal.KindOf(err) != shoal.KindConflict {
+					return zero, err
+				}
+			}
 			return zero, shoal.FailedPrecondition("%s %q is being deleted", u.codec.kind, lastSegment(u.key))
 		}
 		if cur == zero && u.pre.set() {
@@ -160,7 +171,7 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 			elseOps = append(elseOps, clientv3.OpGet(u.fence.Key))
 		}
 		if u.intent != "" {
-			elseOps = append(elseOps, clientv3.OpGet(u.intent, clientv3.WithKeysOnly()))
+			elseOps = append(elseOps, clientv3.OpGet(u.intent))
 		}
 
 		// The guard is ModRevision(key) == rev. A write that bumped the
@@ -209,7 +220,10 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 			}
 		}
 		if u.intent != "" {
-			intentSeen = len(resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs()) > 0
+			intentSeen, intentUID = false, ""
+			if kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				intentSeen, intentUID = true, string(kvs[0].Value)
+			}
 		}
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {

@@ -1,0 +1,388 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+
+	"shoal/store"
+)
+
+// Violation is a broken invariant.
+type Violation struct {
+	Invariant string `json:"invariant"`
+	Scenario  string `json:"scenario"`
+	Detail    string `json:"detail"`
+}
+
+// Invariants, as numbered in docs/chaos.md.
+const (
+	invLinearizable   = "1-linearizable"
+	invDeleteNoAbort  = "2-delete-never-aborted"
+	invProviderDelete = "3-provider-delete-after-wait-delete"
+	invAttachments    = "4-attachments-consistent"
+	invNoLeftovers    = "5-no-orphans-no-stuck-deleting"
+	invAckedCreates   = "6-acked-creates-accounted"
+	invFencing        = "7-no-fenced-out-write"
+)
+
+// rewriteIdentical rewrites a key with its own bytes, guarded so that it
+// never resurrects a removed record: a pure ModRevision bump.
+func rewriteIdentical(ctx context.Context, e *env, key string) bool {
+	resp, err := e.raw.Get(ctx, key)
+	if err != nil || len(resp.Kvs) == 0 {
+		return false
+	}
+	kv := resp.Kvs[0]
+	tx, err := e.raw.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+		Then(clientv3.OpPut(key, string(kv.Value))).Commit()
+	return err == nil && tx.Succeeded
+}
+
+// checkSnapshot: never an attachment to a missing provider, never a live
+// sandbox referencing a provider that is gone or lacks its attachment key.
+func checkSnapshot(snap *store.Snapshot) []string {
+	var bad []string
+	provs := map[string]bool{}
+	for _, p := range snap.Providers {
+		provs[p.Meta.Workspace+"/"+p.Meta.Name] = true
+	}
+	att := map[string]bool{}
+	for _, a := range snap.Attachments {
+		att[a.Workspace+"/"+a.Provider+"/"+a.Sandbox] = true
+		if !provs[a.Workspace+"/"+a.Provider] {
+			bad = append(bad, fmt.Sprintf("rev %d: attachment of sandbox %s to missing provider %s", snap.Revision, a.Sandbox, a.Provider))
+		}
+	}
+	for _, sb := range snap.Sandboxes {
+		if sb.Meta.DeletionTimestamp != nil {
+			continue
+		}
+		for _, p := range sb.GetSpec().GetProviders() {
+			if !provs[sb.Meta.Workspace+"/"+p] {
+				bad = append(bad, fmt.Sprintf("rev %d: live sandbox %s references removed provider %s", snap.Revision, sb.Meta.Name, p))
+			} else if !att[sb.Meta.Workspace+"/"+p+"/"+sb.Meta.Name] {
+				bad = append(bad, fmt.Sprintf("rev %d: live sandbox %s has no attachment key for provider %s", snap.Revision, sb.Meta.Name, p))
+			}
+		}
+	}
+	return bad
+}
+
+// checkDeletes: no DeleteSandbox without a client precondition returned
+// ABORTED or INTERNAL.
+func checkDeletes(ops []Op) []Violation {
+	var v []Violation
+	for _, o := range ops {
+		if strings.HasPrefix(o.Kind, "sandbox-delete") && !o.Precondition &&
+			(o.Code == codes.Aborted.String() || o.Code == codes.Internal.String()) {
+			v = append(v, Violation{invDeleteNoAbort, o.Scenario, fmt.Sprintf("client %d: delete %s returned %s: %s", o.Client, o.Name, o.Code, o.Err)})
+		}
+	}
+	return v
+}
+
+// checkLifecycle: a provider delete issued after its sandbox's wait-delete
+// returned must succeed (an unreachable node is not a refusal).
+func checkLifecycle(ops []Op) []Violation {
+	var v []Violation
+	for _, o := range ops {
+		if o.Lifecycle && o.Kind == "provider-delete" && !o.ok() && !o.ambiguous() {
+			v = append(v, Violation{invProviderDelete, o.Scenario, fmt.Sprintf("provider %s: %s: %s", o.Name, o.Code, o.Err)})
+		}
+	}
+	return v
+}
+
+// checkAckedCreates: every acknowledged create is visible at the end, or a
+// delete of its name that could have removed it was issued.
+func checkAckedCreates(ops []Op, snap *store.Snapshot) []Violation {
+	live := map[string]bool{}
+	for _, sb := range snap.Sandboxes {
+		live[sb.Meta.Uid] = true
+	}
+	var v []Violation
+	for _, c := range ops {
+		if c.Kind != "sandbox-create" || !c.ok() || live[c.UID] {
+			continue
+		}
+		explained := slices.ContainsFunc(ops, func(d Op) bool {
+			return strings.HasPrefix(d.Kind, "sandbox-delete") && d.Name == c.Name && d.Return >= c.Call &&
+				(d.ok() || d.ambiguous())
+		})
+		if !explained {
+			v = append(v, Violation{invAckedCreates, c.Scenario, fmt.Sprintf("sandbox %s (uid %s) created at %s is gone with no delete to explain it", c.Name, c.UID, time.Duration(c.Return))})
+		}
+	}
+	return v
+}
+
+// fencedWrite is one applied leader-only write, from the node's log.
+type fencedWrite struct {
+	Msg       string `json:"msg"`
+	Name      string `json:"name"`
+	FenceKey  string `json:"fence_key"`
+	FenceRev  int64  `json:"fence_rev"`
+	CommitRev int64  `json:"commit_rev"`
+}
+
+// checkFencing reads every applied fenced write from the node log and the
+// leader keys' history from etcd, and checks that each write committed while
+// its term's leader key existed.
+func checkFencing(ctx context.Context, e *env, scn string) ([]Violation, int, error) {
+	if e.logPath == "" {
+		return nil, 0, nil
+	}
+	f, err := os.Open(e.logPath)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	var writes []fencedWrite
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var w fencedWrite
+		if json.Unmarshal(sc.Bytes(), &w) == nil && w.FenceKey != "" && w.CommitRev > 0 {
+			writes = append(writes, w)
+		}
+	}
+	// Leader key lifetimes: watch the election prefix from revision 1.
+	type life struct{ created, deleted int64 }
+	lives := map[string][]life{}
+	hdr, err := e.raw.Get(ctx, "x-chaos-rev")
+	if err != nil {
+		return nil, 0, err
+	}
+	now := hdr.Header.Revision
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	prefix := e.st.LeaderPrefix()
+	for wr := range e.raw.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(1)) {
+		if err := wr.Err(); err != nil {
+			return nil, 0, fmt.Errorf("leader history: %w", err)
+		}
+		for _, ev := range wr.Events {
+			k := string(ev.Kv.Key)
+			if ev.Type == clientv3.EventTypeDelete {
+				if l := lives[k]; len(l) > 0 && l[len(l)-1].deleted == 0 {
+					l[len(l)-1].deleted = ev.Kv.ModRevision
+				}
+			} else if ev.IsCreate() {
+				lives[k] = append(lives[k], life{created: ev.Kv.CreateRevision})
+			}
+		}
+		if wr.Header.Revision >= now {
+			break
+		}
+	}
+	var v []Violation
+	for _, w := range writes {
+		ok := false
+		for _, l := range lives[w.FenceKey] {
+			if l.created == w.FenceRev && l.created <= w.CommitRev && (l.deleted == 0 || w.CommitRev < l.deleted) {
+				ok = true
+			}
+		}
+		if !ok {
+			v = append(v, Violation{invFencing, scn, fmt.Sprintf("%s %s committed at rev %d with fence %s@%d, outside that leader's term", w.Msg, w.Name, w.CommitRev, w.FenceKey, w.FenceRev)})
+		}
+	}
+	return v, len(writes), nil
+}
+
+// --- linearizability (porcupine), one partition per sandbox name ---
+
+type lzState struct {
+	Exists, Deleting bool
+	Flip             string
+}
+
+type lzInput struct {
+	Kind, Arg string
+}
+
+type lzOutput struct {
+	Code      string
+	Ambiguous bool
+	Exists    bool
+	Deleting  bool
+	Flip      string
+}
+
+// sandboxModel: a sandbox name is absent, live (with a label "flip") or
+// DELETING. A DELETING sandbox may vanish at any moment (the coordinator's
+// teardown is not a client op). An op with an ambiguous outcome may or may
+// not have taken effect.
+var sandboxModel = porcupine.NondeterministicModel{
+	Init: func() []any { return []any{lzState{}} },
+	Step: func(st, in, out any) []any {
+		s, i, o := st.(lzState), in.(lzInput), out.(lzOutput)
+		starts := []lzState{s}
+		if s.Deleting {
+			starts = append(starts, lzState{})
+		}
+		var next []any
+		add := func(n lzState) {
+			if !slices.Contains(next, any(n)) {
+				next = append(next, n)
+			}
+		}
+		for _, s := range starts {
+			if o.Ambiguous {
+				add(s)
+				if n, ok := apply(s, i); ok {
+					add(n)
+				}
+				continue
+			}
+			if n, ok := explain(s, i, o); ok {
+				add(n)
+			}
+		}
+		return next
+	},
+	DescribeOperation: func(in, out any) string {
+		i, o := in.(lzInput), out.(lzOutput)
+		if o.Code == "OK" && i.Kind == "sandbox-get" {
+			return fmt.Sprintf("get -> flip=%q deleting=%v", o.Flip, o.Deleting)
+		}
+		return fmt.Sprintf("%s(%s) -> %s", i.Kind, i.Arg, o.Code)
+	},
+	DescribeState: func(st any) string {
+		s := st.(lzState)
+		switch {
+		case !s.Exists:
+			return "absent"
+		case s.Deleting:
+			return fmt.Sprintf("DELETING flip=%q", s.Flip)
+		}
+		return fmt.Sprintf("live flip=%q", s.Flip)
+	},
+}
+
+// apply is the successful effect of an op.
+func apply(s lzState, i lzInput) (lzState, bool) {
+	switch i.Kind {
+	case "sandbox-create":
+		if !s.Exists {
+			return lzState{Exists: true}, true
+		}
+	case "sandbox-label":
+		if s.Exists && !s.Deleting {
+			s.Flip = i.Arg
+			return s, true
+		}
+	case "sandbox-delete", "sandbox-delete-wait":
+		// A wait-delete's record vanishes at some point inside the call;
+		// the model lets any DELETING state vanish, so both mark it.
+		if s.Exists {
+			s.Deleting = true
+			return s, true
+		}
+	}
+	return s, false
+}
+
+// explain returns the state after an op with a definite outcome, if the
+// outcome is possible from s.
+func explain(s lzState, i lzInput, o lzOutput) (lzState, bool) {
+	ok := o.Code == codes.OK.String()
+	switch i.Kind {
+	case "sandbox-get":
+		if ok {
+			return s, s.Exists && s.Deleting == o.Deleting && s.Flip == o.Flip
+		}
+		if o.Code == codes.NotFound.String() {
+			return s, !s.Exists
+		}
+	case "sandbox-create":
+		switch {
+		case ok:
+			return apply(s, i)
+		case o.Code == codes.AlreadyExists.String():
+			return s, s.Exists
+		case o.Code == codes.FailedPrecondition.String():
+			return s, !s.Exists // a provider was missing or terminating
+		}
+	case "sandbox-label", "sandbox-attach", "sandbox-detach":
+		switch {
+		case ok && i.Kind == "sandbox-label":
+			return apply(s, i)
+		case ok:
+			return s, s.Exists && !s.Deleting
+		case o.Code == codes.NotFound.String():
+			return s, !s.Exists
+		case o.Code == codes.FailedPrecondition.String():
+			// Deleting, or (attach/detach) a provider problem.
+			return s, s.Exists && (s.Deleting || i.Kind != "sandbox-label")
+		}
+	case "sandbox-delete", "sandbox-delete-wait":
+		switch {
+		case ok:
+			return apply(s, i)
+		case o.Code == codes.NotFound.String():
+			return s, !s.Exists
+		}
+	}
+	return s, false
+}
+
+var modelled = map[string]bool{"sandbox-create": true, "sandbox-get": true, "sandbox-label": true, "sandbox-attach": true,
+	"sandbox-detach": true, "sandbox-delete": true, "sandbox-delete-wait": true}
+
+// checkLinearizable runs porcupine over each sandbox name's history. On a
+// failure it writes the visualisation into dir.
+func checkLinearizable(ops []Op, scn, dir string, end int64, timeout time.Duration) ([]Violation, string) {
+	byName := map[string][]porcupine.Operation{}
+	for _, o := range ops {
+		if !modelled[o.Kind] || o.Name == "" {
+			continue
+		}
+		ret := o.Return
+		if o.ambiguous() {
+			ret = end + 1 // it may take effect any time until the end
+		}
+		byName[o.Name] = append(byName[o.Name], porcupine.Operation{
+			ClientId: o.Client, Input: lzInput{o.Kind, o.Arg}, Call: o.Call, Return: ret,
+			Output: lzOutput{Code: o.Code, Ambiguous: o.ambiguous(), Exists: o.Exists, Deleting: o.Deleting, Flip: o.Flip},
+		})
+	}
+	names := make([]string, 0, len(byName))
+	for n := range byName {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	model := sandboxModel.ToModel()
+	var v []Violation
+	inconclusive := 0
+	for _, n := range names {
+		res, info := porcupine.CheckOperationsVerbose(model, byName[n], timeout)
+		switch res {
+		case porcupine.Illegal:
+			path := filepath.Join(dir, fmt.Sprintf("linearizability-%s.html", n))
+			if err := os.MkdirAll(dir, 0o755); err == nil {
+				_ = porcupine.VisualizePath(model, info, path)
+			}
+			v = append(v, Violation{invLinearizable, scn, fmt.Sprintf("history of sandbox %s (%d ops) is not linearizable; see %s", n, len(byName[n]), path)})
+		case porcupine.Unknown:
+			inconclusive++
+		}
+	}
+	note := fmt.Sprintf("%d objects checked", len(names))
+	if inconclusive > 0 {
+		note += fmt.Sprintf(", %d inconclusive (timeout)", inconclusive)
+	}
+	return v, note
+}

@@ -1,0 +1,300 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/chaos/dockerproxy"
+	"shoal/chaos/tcpproxy"
+	"shoal/docker"
+	"shoal/embedetcd"
+	"shoal/store"
+)
+
+// env is the system under test: either a node this run starts as a child
+// process (with etcd in this process, behind a fault proxy, and the Docker
+// socket behind a fault proxy), or an existing node (--endpoint).
+type env struct {
+	cfg Config
+
+	client shoalv1.ShoalClient
+	conn   *grpc.ClientConn
+	raw    *clientv3.Client // straight to etcd, never through the fault proxy
+	st     *store.Store
+	docker *client.Client
+
+	// Only for a node this run owns.
+	owned       bool
+	etcd        *embedetcd.Server
+	etcdProxy   *tcpproxy.Proxy
+	dockerProxy *dockerproxy.Proxy
+	dir         string
+	nodeID      string
+	api         string
+	debug       string
+	logPath     string
+
+	mu   sync.Mutex
+	proc *exec.Cmd
+	wait chan error
+}
+
+// Lease TTL and timings of an owned node: short, so that faults heal fast.
+const (
+	chaosLeaseTTL    = 3 * time.Second
+	chaosResync      = 500 * time.Millisecond
+	chaosOrphanGrace = 2 * time.Second
+)
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func newEnv(ctx context.Context, cfg Config) (*env, error) {
+	e := &env{cfg: cfg}
+	dc, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker client: %w", err)
+	}
+	e.docker = dc
+	if cfg.Endpoint != "" {
+		if len(cfg.EtcdEndpoints) == 0 {
+			return nil, errors.New("--etcd-endpoints: required with --endpoint (the checkers read etcd directly)")
+		}
+		e.raw, err = embedetcd.Dial(cfg.EtcdEndpoints)
+		if err != nil {
+			return nil, err
+		}
+		e.api, e.nodeID = cfg.Endpoint, cfg.NodeID
+	} else {
+		if err := e.startOwned(ctx); err != nil {
+			e.close()
+			return nil, err
+		}
+	}
+	e.st = store.New(e.raw, store.Options{Prefix: cfg.Prefix})
+	e.conn, err = grpc.NewClient(e.api, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	e.client = shoalv1.NewShoalClient(e.conn)
+	if err := e.waitServing(ctx, time.Minute); err != nil {
+		e.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *env) startOwned(ctx context.Context) error {
+	e.owned = true
+	dir, err := os.MkdirTemp("", "shoal-chaos-")
+	if err != nil {
+		return err
+	}
+	e.dir = dir
+	e.nodeID = fmt.Sprintf("chaos-%x", time.Now().UnixNano()&0xffffffff)
+	cp, err1 := freePort()
+	pp, err2 := freePort()
+	ap, err3 := freePort()
+	dp, err4 := freePort()
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return err
+	}
+	ec := embedetcd.DefaultConfig(filepath.Join(dir, "etcd"))
+	ec.Name = "chaos"
+	ec.ListenClient = fmt.Sprintf("http://127.0.0.1:%d", cp)
+	ec.ListenPeer = fmt.Sprintf("http://127.0.0.1:%d", pp)
+	ec.AutoCompactionRetention = 24 * time.Hour // checkers read the leader history
+	if e.etcd, err = embedetcd.Start(ec); err != nil {
+		return err
+	}
+	if e.raw, err = e.etcd.Client(); err != nil {
+		return err
+	}
+	if e.etcdProxy, err = tcpproxy.Start(e.etcd.Endpoint()); err != nil {
+		return err
+	}
+	upstream := "/var/run/docker.sock"
+	if h := os.Getenv("DOCKER_HOST"); strings.HasPrefix(h, "unix://") {
+		upstream = strings.TrimPrefix(h, "unix://")
+	}
+	if e.dockerProxy, err = dockerproxy.Start(filepath.Join(dir, "docker.sock"), upstream); err != nil {
+		return err
+	}
+	e.api = fmt.Sprintf("127.0.0.1:%d", ap)
+	e.debug = fmt.Sprintf("127.0.0.1:%d", dp)
+	e.logPath = filepath.Join(dir, "node.log")
+	return e.startNode()
+}
+
+// startNode (re)starts the owned node process on the same data.
+func (e *env) startNode() error {
+	log, err := os.OpenFile(e.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	args := []string{"node", "start",
+		"--node-id", e.nodeID, "--listen", e.api, "--debug-listen", e.debug,
+		"--etcd-endpoints", "http://" + e.etcdProxy.Addr(), "--prefix", e.cfg.Prefix,
+		"--docker-host", "unix://" + filepath.Join(e.dir, "docker.sock"),
+		"--lease-ttl", chaosLeaseTTL.String(), "--resync", chaosResync.String(), "--orphan-grace", chaosOrphanGrace.String(),
+		"--log-format", "json", "--log-level", "info",
+	}
+	cmd := exec.Command(e.cfg.Binary, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), e.cfg.NodeEnv...)
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return fmt.Errorf("start node %s: %w", e.cfg.Binary, err)
+	}
+	wait := make(chan error, 1)
+	go func() { wait <- cmd.Wait(); log.Close() }()
+	e.mu.Lock()
+	e.proc, e.wait = cmd, wait
+	e.mu.Unlock()
+	return nil
+}
+
+// waitServing polls the API until it answers.
+func (e *env) waitServing(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := e.client.ListProviders(cctx, &shoalv1.ListProvidersRequest{PageSize: 1})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("node at %s did not serve within %s: %w", e.api, within, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (e *env) signal(sig syscall.Signal) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.proc == nil || e.proc.Process == nil {
+		return errors.New("no node process")
+	}
+	return e.proc.Process.Signal(sig)
+}
+
+// kill stops the node process hard and waits for it to be gone.
+func (e *env) kill() error {
+	if err := e.signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	w := e.wait
+	e.mu.Unlock()
+	<-w
+	return nil
+}
+
+// pid of the node process (0 if none).
+func (e *env) pid() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.proc == nil || e.proc.Process == nil {
+		return 0
+	}
+	return e.proc.Process.Pid
+}
+
+// containers lists the node's shoal containers.
+func (e *env) containers(ctx context.Context) ([]container.Summary, error) {
+	return e.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+		filters.Arg("label", docker.LabelManaged+"=true"), filters.Arg("label", docker.LabelNode+"="+e.nodeID))})
+}
+
+// close stops everything this run started, in reverse order.
+func (e *env) close() {
+	if e.conn != nil {
+		e.conn.Close()
+	}
+	if e.owned {
+		e.mu.Lock()
+		proc, wait := e.proc, e.wait
+		e.mu.Unlock()
+		if proc != nil {
+			_ = proc.Process.Signal(syscall.SIGCONT)
+			_ = proc.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-wait:
+			case <-time.After(20 * time.Second):
+				_ = proc.Process.Kill()
+				<-wait
+			}
+		}
+		if cs, err := e.containers(context.Background()); err == nil {
+			for _, c := range cs {
+				_ = e.docker.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+			}
+		}
+		if e.dockerProxy != nil {
+			e.dockerProxy.Close()
+		}
+		if e.etcdProxy != nil {
+			e.etcdProxy.Close()
+		}
+	}
+	if e.raw != nil {
+		e.raw.Close()
+	}
+	if e.etcd != nil {
+		e.etcd.Close()
+	}
+	if e.docker != nil {
+		e.docker.Close()
+	}
+	if e.owned && e.dir != "" && !e.cfg.KeepData {
+		os.RemoveAll(e.dir)
+	}
+}
+
+// rss and fds of the node process, from /proc.
+func procStats(pid int) (rssBytes int64, fds int, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, 0, errors.New("statm: short")
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	return pages * int64(os.Getpagesize()), len(ents), nil
+}

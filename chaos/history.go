@@ -1,0 +1,87 @@
+package chaos
+
+import (
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Op is one recorded client operation.
+type Op struct {
+	Scenario string `json:"scenario"`
+	Client   int    `json:"client"`
+	Kind     string `json:"kind"`
+	Name     string `json:"name"`
+	Arg      string `json:"arg,omitempty"`
+	// Call and Return are nanoseconds since the run started.
+	Call   int64  `json:"call"`
+	Return int64  `json:"return"`
+	Code   string `json:"code"`
+	Err    string `json:"err,omitempty"`
+	// Output of reads and creates.
+	Exists   bool   `json:"exists,omitempty"`
+	Deleting bool   `json:"deleting,omitempty"`
+	Flip     string `json:"flip,omitempty"`
+	UID      string `json:"uid,omitempty"`
+
+	Precondition bool `json:"precondition,omitempty"`
+	Lifecycle    bool `json:"lifecycle,omitempty"`
+	DuringFault  bool `json:"during_fault,omitempty"`
+}
+
+// ambiguous reports whether the op may or may not have taken effect.
+func (o Op) ambiguous() bool {
+	switch o.Code {
+	case codes.Unavailable.String(), codes.DeadlineExceeded.String(), codes.Canceled.String(), codes.Internal.String(), codes.Unknown.String():
+		return true
+	}
+	return false
+}
+
+func (o Op) ok() bool { return o.Code == codes.OK.String() }
+
+// history records ops from many clients.
+type history struct {
+	start time.Time
+	mu    sync.Mutex
+	ops   []Op
+	// faultActive counts faults in effect; ops called meanwhile are marked.
+	faultActive int
+}
+
+func newHistory() *history { return &history{start: time.Now()} }
+
+func (h *history) now() int64 { return time.Since(h.start).Nanoseconds() }
+
+func (h *history) setFault(delta int) {
+	h.mu.Lock()
+	h.faultActive += delta
+	h.mu.Unlock()
+}
+
+// begin starts an op; finish records it with the call's error.
+func (h *history) begin(scn string, client int, kind, name string) *Op {
+	h.mu.Lock()
+	during := h.faultActive > 0
+	h.mu.Unlock()
+	return &Op{Scenario: scn, Client: client, Kind: kind, Name: name, Call: h.now(), DuringFault: during}
+}
+
+func (h *history) finish(op *Op, err error) {
+	op.Return = h.now()
+	op.Code = status.Code(err).String()
+	if err != nil {
+		op.Err = status.Convert(err).Message()
+	}
+	h.mu.Lock()
+	h.ops = append(h.ops, *op)
+	h.mu.Unlock()
+}
+
+func (h *history) snapshot() []Op {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Op(nil), h.ops...)
+}

@@ -1,0 +1,285 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/store"
+)
+
+// Pools of names the clients contend on.
+const (
+	sandboxPool  = 6
+	providerPool = 3
+)
+
+// opTimeout bounds every client call; a timed-out call is ambiguous.
+const opTimeout = 20 * time.Second
+
+type weighted struct {
+	kind   string
+	weight int
+}
+
+var mix = []weighted{
+	{"sandbox-create", 14}, {"sandbox-get", 14}, {"sandbox-list", 4}, {"sandbox-label", 16},
+	{"sandbox-attach", 6}, {"sandbox-detach", 4}, {"sandbox-delete", 8}, {"sandbox-delete-wait", 6},
+	{"sandbox-watch", 2}, {"provider-create", 10}, {"provider-update", 6}, {"provider-delete", 10},
+}
+
+var raceMix = []weighted{
+	{"sandbox-create", 20}, {"sandbox-attach", 20}, {"sandbox-detach", 6}, {"sandbox-delete", 10},
+	{"provider-create", 20}, {"provider-delete", 24},
+}
+
+func pick(rng *rand.Rand, m []weighted) string {
+	total := 0
+	for _, w := range m {
+		total += w.weight
+	}
+	n := rng.IntN(total)
+	for _, w := range m {
+		if n < w.weight {
+			return w.kind
+		}
+		n -= w.weight
+	}
+	return m[0].kind
+}
+
+// traffic drives one scenario's clients.
+type traffic struct {
+	e    *env
+	h    *history
+	scn  string
+	race bool
+
+	// targets are sandbox names being deleted right now: the harassers
+	// aim their writes at them.
+	mu      sync.Mutex
+	targets map[string]int
+
+	// rewrites, labelFlips and statusWrites count the harassers' writes.
+	statMu                               sync.Mutex
+	rewrites, labelFlips, statusWrites int
+}
+
+func (t *traffic) sandboxName(rng *rand.Rand) string {
+	return fmt.Sprintf("%s-sb%d", t.scn, rng.IntN(sandboxPool))
+}
+
+func (t *traffic) providerName(rng *rand.Rand) string {
+	return fmt.Sprintf("%s-p%d", t.scn, rng.IntN(providerPool))
+}
+
+func (t *traffic) target(name string, delta int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.targets[name] += delta
+	if t.targets[name] <= 0 {
+		delete(t.targets, name)
+	}
+}
+
+func (t *traffic) randomTarget(rng *rand.Rand) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.targets) == 0 {
+		return "", false
+	}
+	i := rng.IntN(len(t.targets))
+	for n := range t.targets {
+		if i == 0 {
+			return n, true
+		}
+		i--
+	}
+	return "", false
+}
+
+// client runs one client's ops until ctx ends.
+func (t *traffic) client(ctx context.Context, id int, rng *rand.Rand) {
+	m := mix
+	if t.race {
+		m = raceMix
+	}
+	for ctx.Err() == nil {
+		t.do(ctx, id, rng, pick(rng, m))
+	}
+}
+
+func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) {
+	c := t.e.client
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	defer cancel()
+	var op *Op
+	var err error
+	switch kind {
+	case "sandbox-create":
+		name := t.sandboxName(rng)
+		var provs []string
+		if rng.IntN(2) == 0 || t.race {
+			provs = []string{t.providerName(rng)}
+		}
+		op = t.h.begin(t.scn, id, kind, name)
+		var sb *shoalv1.Sandbox
+		sb, err = c.CreateSandbox(cctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{
+			Meta: &shoalv1.ObjectMeta{Name: name}, Spec: &shoalv1.SandboxSpec{Providers: provs}}})
+		if err == nil {
+			op.UID, op.Exists = sb.Meta.Uid, true
+		}
+	case "sandbox-get":
+		name := t.sandboxName(rng)
+		op = t.h.begin(t.scn, id, kind, name)
+		var sb *shoalv1.Sandbox
+		sb, err = c.GetSandbox(cctx, &shoalv1.GetSandboxRequest{Name: name})
+		if err == nil {
+			op.Exists, op.UID, op.Flip = true, sb.Meta.Uid, sb.Meta.Labels["flip"]
+			op.Deleting = sb.Meta.DeletionTimestamp != nil
+		}
+	case "sandbox-list":
+		op = t.h.begin(t.scn, id, kind, "")
+		_, err = c.ListSandboxes(cctx, &shoalv1.ListSandboxesRequest{LabelSelector: "flip", PageSize: 50})
+	case "sandbox-label":
+		name := t.sandboxName(rng)
+		op = t.h.begin(t.scn, id, kind, name)
+		op.Arg = fmt.Sprintf("v%d", rng.IntN(1000))
+		_, err = c.UpdateSandbox(cctx, &shoalv1.UpdateSandboxRequest{Name: name, SetLabels: map[string]string{"flip": op.Arg}})
+	case "sandbox-attach", "sandbox-detach":
+		name, p := t.sandboxName(rng), t.providerName(rng)
+		op = t.h.begin(t.scn, id, kind, name)
+		op.Arg = p
+		if kind == "sandbox-attach" {
+			_, err = c.AttachProvider(cctx, &shoalv1.AttachProviderRequest{Name: name, Provider: p})
+		} else {
+			_, err = c.DetachProvider(cctx, &shoalv1.DetachProviderRequest{Name: name, Provider: p})
+		}
+	case "sandbox-delete", "sandbox-delete-wait":
+		name := t.sandboxName(rng)
+		t.target(name, 1)
+		defer t.target(name, -1)
+		op = t.h.begin(t.scn, id, kind, name)
+		_, err = c.DeleteSandbox(cctx, &shoalv1.DeleteSandboxRequest{Name: name, Wait: kind == "sandbox-delete-wait"})
+	case "sandbox-watch":
+		op = t.h.begin(t.scn, id, kind, "")
+		wctx, wcancel := context.WithTimeout(cctx, 500*time.Millisecond)
+		stream, werr := c.WatchSandboxes(wctx, &shoalv1.WatchSandboxesRequest{})
+		err = werr
+		for werr == nil {
+			_, werr = stream.Recv()
+		}
+		wcancel()
+		if err == nil && wctx.Err() == nil && status.Code(werr) != codes.DeadlineExceeded {
+			err = werr
+		}
+	case "provider-create":
+		name := t.providerName(rng)
+		op = t.h.begin(t.scn, id, kind, name)
+		_, err = c.CreateProvider(cctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{
+			Meta: &shoalv1.ObjectMeta{Name: name}, Type: shoalv1.ProviderType_GENERIC,
+			Credentials: map[string]string{"CHAOS_TOKEN": fmt.Sprintf("secret-%d", rng.IntN(1e6))}}})
+	case "provider-update":
+		name := t.providerName(rng)
+		op = t.h.begin(t.scn, id, kind, name)
+		_, err = c.UpdateProvider(cctx, &shoalv1.UpdateProviderRequest{UpdateConfig: true, Provider: &shoalv1.Provider{
+			Meta: &shoalv1.ObjectMeta{Name: name}, Config: map[string]string{"rev": fmt.Sprint(rng.IntN(1e6))}}})
+	case "provider-delete":
+		name := t.providerName(rng)
+		op = t.h.begin(t.scn, id, kind, name)
+		_, err = c.DeleteProvider(cctx, &shoalv1.DeleteProviderRequest{Name: name})
+	}
+	t.h.finish(op, err)
+}
+
+// lifecycle runs create provider → sandbox with it → wait-delete sandbox →
+// delete provider, over and over, with unique names. The provider delete
+// must succeed every time the sandbox's wait-delete returned.
+func (t *traffic) lifecycle(ctx context.Context, id int) {
+	for i := 0; ctx.Err() == nil; i++ {
+		pn, sn := fmt.Sprintf("%s-lp%d", t.scn, i), fmt.Sprintf("%s-ls%d", t.scn, i)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*opTimeout)
+		step := func(kind, name string, call func() error) bool {
+			op := t.h.begin(t.scn, id, kind, name)
+			op.Lifecycle = true
+			err := call()
+			t.h.finish(op, err)
+			return err == nil
+		}
+		ok := step("provider-create", pn, func() error {
+			_, err := t.e.client.CreateProvider(cctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{
+				Meta: &shoalv1.ObjectMeta{Name: pn}, Type: shoalv1.ProviderType_NVIDIA, Credentials: map[string]string{"NVIDIA_API_KEY": "nvapi-chaos"}}})
+			return err
+		}) && step("sandbox-create", sn, func() error {
+			_, err := t.e.client.CreateSandbox(cctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
+				Meta: &shoalv1.ObjectMeta{Name: sn}, Spec: &shoalv1.SandboxSpec{Providers: []string{pn}}}})
+			return err
+		})
+		if ok {
+			t.target(sn, 1)
+			ok = step("sandbox-delete-wait", sn, func() error {
+				_, err := t.e.client.DeleteSandbox(cctx, &shoalv1.DeleteSandboxRequest{Name: sn, Wait: true})
+				return err
+			})
+			t.target(sn, -1)
+		}
+		if ok {
+			step("provider-delete", pn, func() error {
+				_, err := t.e.client.DeleteProvider(cctx, &shoalv1.DeleteProviderRequest{Name: pn})
+				return err
+			})
+		}
+		cancel()
+	}
+}
+
+// harass aims writes at sandboxes being deleted: label flips through the
+// API, status writes through the store, and byte-identical rewrites of the
+// raw key by a separate etcd client.
+func (t *traffic) harass(ctx context.Context, kind string, rng *rand.Rand) {
+	st := store.New(t.e.raw, store.Options{Prefix: t.e.cfg.Prefix})
+	for ctx.Err() == nil {
+		name, ok := t.randomTarget(rng)
+		if !ok {
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Millisecond):
+			}
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		var landed bool
+		switch kind {
+		case "label":
+			_, err := t.e.client.UpdateSandbox(cctx, &shoalv1.UpdateSandboxRequest{Name: name, SetLabels: map[string]string{"harass": fmt.Sprint(rng.IntN(1e6))}})
+			landed = err == nil
+		case "status":
+			_, err := st.UpdateSandbox(cctx, store.DefaultWorkspace, name, store.Preconditions{}, func(sb *shoalv1.Sandbox) error {
+				sb.Status.Message = fmt.Sprintf("watcher tick %d", rng.IntN(1e6))
+				return nil
+			})
+			landed = err == nil
+		case "rewrite":
+			landed = rewriteIdentical(cctx, t.e, st.SandboxKey(store.DefaultWorkspace, name))
+		}
+		cancel()
+		if landed {
+			t.statMu.Lock()
+			switch kind {
+			case "label":
+				t.labelFlips++
+			case "status":
+				t.statusWrites++
+			case "rewrite":
+				t.rewrites++
+			}
+			t.statMu.Unlock()
+		}
+	}
+}
