@@ -137,10 +137,30 @@ type fencedWrite struct {
 	CommitRev int64  `json:"commit_rev"`
 }
 
-// checkFencing reads every applied fenced write from the node log and the
-// leader keys' history from etcd, and checks that each write committed while
-// its term's leader key existed.
-func checkFencing(ctx context.Context, e *env, scn string) ([]Violation, int, error) {
+// leaderTerms records the leader keys alive at a revision, so that the
+// fencing check can follow their history from there (the revisions before
+// may be compacted away).
+type leaderTerms struct {
+	rev   int64
+	alive map[string]int64 // key → create revision
+}
+
+func readLeaderTerms(ctx context.Context, e *env) (leaderTerms, error) {
+	resp, err := e.raw.Get(ctx, e.st.LeaderPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return leaderTerms{}, err
+	}
+	lt := leaderTerms{rev: resp.Header.Revision, alive: map[string]int64{}}
+	for _, kv := range resp.Kvs {
+		lt.alive[string(kv.Key)] = kv.CreateRevision
+	}
+	return lt, nil
+}
+
+// checkFencing reads every fenced write applied since the terms were read
+// from the node's log and checks, against etcd's own history, that each one
+// committed while its term's leader key existed.
+func checkFencing(ctx context.Context, e *env, scn string, from leaderTerms) ([]Violation, int, error) {
 	if e.logPath == "" {
 		return nil, 0, nil
 	}
@@ -154,48 +174,20 @@ func checkFencing(ctx context.Context, e *env, scn string) ([]Violation, int, er
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var w fencedWrite
-		if json.Unmarshal(sc.Bytes(), &w) == nil && w.FenceKey != "" && w.CommitRev > 0 {
+		if json.Unmarshal(sc.Bytes(), &w) == nil && w.FenceKey != "" && w.CommitRev > from.rev {
 			writes = append(writes, w)
 		}
 	}
-	// Leader key lifetimes: watch the election prefix from revision 1.
-	type life struct{ created, deleted int64 }
-	lives := map[string][]life{}
-	hdr, err := e.raw.Get(ctx, "x-chaos-rev")
-	if err != nil {
-		return nil, 0, err
-	}
-	now := hdr.Header.Revision
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	prefix := e.st.LeaderPrefix()
-	for wr := range e.raw.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(1)) {
-		if err := wr.Err(); err != nil {
-			return nil, 0, fmt.Errorf("leader history: %w", err)
-		}
-		for _, ev := range wr.Events {
-			k := string(ev.Kv.Key)
-			if ev.Type == clientv3.EventTypeDelete {
-				if l := lives[k]; len(l) > 0 && l[len(l)-1].deleted == 0 {
-					l[len(l)-1].deleted = ev.Kv.ModRevision
-				}
-			} else if ev.IsCreate() {
-				lives[k] = append(lives[k], life{created: ev.Kv.CreateRevision})
-			}
-		}
-		if wr.Header.Revision >= now {
-			break
-		}
-	}
+	// Each write must have committed while its leader key existed with
+	// the create revision the write carried: read the key at the write's
+	// own revision.
 	var v []Violation
 	for _, w := range writes {
-		ok := false
-		for _, l := range lives[w.FenceKey] {
-			if l.created == w.FenceRev && l.created <= w.CommitRev && (l.deleted == 0 || w.CommitRev < l.deleted) {
-				ok = true
-			}
+		resp, err := e.raw.Get(ctx, w.FenceKey, clientv3.WithRev(w.CommitRev))
+		if err != nil {
+			return nil, 0, fmt.Errorf("leader key at rev %d: %w", w.CommitRev, err)
 		}
-		if !ok {
+		if len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != w.FenceRev {
 			v = append(v, Violation{invFencing, scn, fmt.Sprintf("%s %s committed at rev %d with fence %s@%d, outside that leader's term", w.Msg, w.Name, w.CommitRev, w.FenceKey, w.FenceRev)})
 		}
 	}

@@ -128,7 +128,9 @@ func (e *env) startOwned(ctx context.Context) error {
 	ec.Name = "chaos"
 	ec.ListenClient = fmt.Sprintf("http://127.0.0.1:%d", cp)
 	ec.ListenPeer = fmt.Sprintf("http://127.0.0.1:%d", pp)
-	ec.AutoCompactionRetention = 24 * time.Hour // checkers read the leader history
+	// The fencing check follows the leader keys' history from each
+	// scenario's start: keep well over a scenario's worth.
+	ec.AutoCompactionRetention = 15 * time.Minute
 	if e.etcd, err = embedetcd.Start(ec); err != nil {
 		return err
 	}

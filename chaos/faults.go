@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 
 	"shoal/chaos/dockerproxy"
@@ -28,9 +29,11 @@ type Fault interface {
 // same data.
 type nodeKill struct{ e *env }
 
-func (f nodeKill) Name() string                     { return "node-kill" }
-func (f nodeKill) Hold(rng *rand.Rand) time.Duration { return time.Duration(200+rng.IntN(800)) * time.Millisecond }
-func (f nodeKill) Inject(context.Context) error      { return f.e.kill() }
+func (f nodeKill) Name() string { return "node-kill" }
+func (f nodeKill) Hold(rng *rand.Rand) time.Duration {
+	return time.Duration(200+rng.IntN(800)) * time.Millisecond
+}
+func (f nodeKill) Inject(context.Context) error { return f.e.kill() }
 func (f nodeKill) Heal(ctx context.Context) error {
 	if err := f.e.startNode(); err != nil {
 		return err
@@ -60,8 +63,10 @@ type dockerFaults struct {
 	rng *rand.Rand
 }
 
-func (f dockerFaults) Name() string                     { return "docker-api-faults" }
-func (f dockerFaults) Hold(rng *rand.Rand) time.Duration { return time.Duration(1+rng.IntN(3)) * time.Second }
+func (f dockerFaults) Name() string { return "docker-api-faults" }
+func (f dockerFaults) Hold(rng *rand.Rand) time.Duration {
+	return time.Duration(1+rng.IntN(3)) * time.Second
+}
 func (f dockerFaults) Inject(context.Context) error {
 	seed := f.rng.Uint64()
 	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
@@ -88,8 +93,10 @@ type containerLoss struct {
 	rng *rand.Rand
 }
 
-func (f containerLoss) Name() string                     { return "container-removed" }
-func (f containerLoss) Hold(rng *rand.Rand) time.Duration { return time.Duration(300+rng.IntN(700)) * time.Millisecond }
+func (f containerLoss) Name() string { return "container-removed" }
+func (f containerLoss) Hold(rng *rand.Rand) time.Duration {
+	return time.Duration(300+rng.IntN(700)) * time.Millisecond
+}
 func (f containerLoss) Inject(ctx context.Context) error {
 	cs, err := f.e.containers(ctx)
 	if err != nil || len(cs) == 0 {
@@ -97,19 +104,30 @@ func (f containerLoss) Inject(ctx context.Context) error {
 	}
 	c := cs[f.rng.IntN(len(cs))]
 	if f.rng.IntN(2) == 0 {
-		return f.e.docker.ContainerKill(ctx, c.ID, "KILL")
+		err = f.e.docker.ContainerKill(ctx, c.ID, "KILL")
+	} else {
+		err = f.e.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
 	}
-	return f.e.docker.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+	// shoal may have removed or stopped it first: the race is the point.
+	if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
+		return nil
+	}
+	return err
 }
 func (f containerLoss) Heal(context.Context) error { return nil }
 
 // etcdLatency slows every byte between the node and etcd.
 type etcdLatency struct{ e *env }
 
-func (f etcdLatency) Name() string                     { return "etcd-latency" }
-func (f etcdLatency) Hold(rng *rand.Rand) time.Duration { return time.Duration(1+rng.IntN(3)) * time.Second }
-func (f etcdLatency) Inject(context.Context) error      { f.e.etcdProxy.SetLatency(40 * time.Millisecond); return nil }
-func (f etcdLatency) Heal(context.Context) error        { f.e.etcdProxy.SetLatency(0); return nil }
+func (f etcdLatency) Name() string { return "etcd-latency" }
+func (f etcdLatency) Hold(rng *rand.Rand) time.Duration {
+	return time.Duration(1+rng.IntN(3)) * time.Second
+}
+func (f etcdLatency) Inject(context.Context) error {
+	f.e.etcdProxy.SetLatency(40 * time.Millisecond)
+	return nil
+}
+func (f etcdLatency) Heal(context.Context) error { f.e.etcdProxy.SetLatency(0); return nil }
 
 // etcdOutage cuts the node off etcd briefly (shorter than the lease TTL).
 type etcdOutage struct{ e *env }
@@ -148,4 +166,6 @@ var scenarios = map[string]scenario{
 		faults: func(e *env, _ *rand.Rand) []Fault { return []Fault{etcdLatency{e}, etcdOutage{e}} }},
 }
 
-func describeFault(f Fault, d time.Duration) string { return fmt.Sprintf("%s for %s", f.Name(), d.Round(time.Millisecond)) }
+func describeFault(f Fault, d time.Duration) string {
+	return fmt.Sprintf("%s for %s", f.Name(), d.Round(time.Millisecond))
+}

@@ -67,7 +67,7 @@ type traffic struct {
 	targets map[string]int
 
 	// rewrites, labelFlips and statusWrites count the harassers' writes.
-	statMu                               sync.Mutex
+	statMu                             sync.Mutex
 	rewrites, labelFlips, statusWrites int
 }
 
@@ -111,11 +111,18 @@ func (t *traffic) client(ctx context.Context, id int, rng *rand.Rand) {
 		m = raceMix
 	}
 	for ctx.Err() == nil {
-		t.do(ctx, id, rng, pick(rng, m))
+		if code := t.do(ctx, id, rng, pick(rng, m)); code == codes.Unavailable {
+			// The node is down (killed, paused, cut off etcd): back off
+			// instead of recording a flood of instant refusals.
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(50+rng.IntN(100)) * time.Millisecond):
+			}
+		}
 	}
 }
 
-func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) {
+func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) codes.Code {
 	c := t.e.client
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
@@ -196,6 +203,7 @@ func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) {
 		_, err = c.DeleteProvider(cctx, &shoalv1.DeleteProviderRequest{Name: name})
 	}
 	t.h.finish(op, err)
+	return status.Code(err)
 }
 
 // lifecycle runs create provider → sandbox with it → wait-delete sandbox →
@@ -236,6 +244,12 @@ func (t *traffic) lifecycle(ctx context.Context, id int) {
 			})
 		}
 		cancel()
+		if !ok {
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 	}
 }
 

@@ -101,7 +101,7 @@ Exit codes: 0 ok, 1 error, 2 invalid input, 3 not found,
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError("%v", err)
 		},
-		Commands: []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.versionCmd()},
+		Commands: []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.chaosCmd(), a.versionCmd()},
 	}
 }
 

@@ -59,6 +59,12 @@ func Start(socketPath, upstream string) (*Proxy, error) {
 			},
 		},
 		FlushInterval: -1, // stream events and logs as they come
+		// A client that went away (a killed node) is not worth a log line.
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() == nil {
+				http.Error(w, `{"message":"proxy: `+err.Error()+`"}`, http.StatusBadGateway)
+			}
+		},
 	}
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rule := p.ruleFor(r)

@@ -1,0 +1,192 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the outcome of a run.
+type Report struct {
+	Seed       int64            `json:"seed"`
+	Config     map[string]any   `json:"config"`
+	Started    time.Time        `json:"started"`
+	Finished   time.Time        `json:"finished"`
+	Scenarios  []ScenarioReport `json:"scenarios"`
+	Violations []Violation      `json:"violations"`
+	Summary    Summary          `json:"summary"`
+}
+
+// ScenarioReport is one scenario's part.
+type ScenarioReport struct {
+	Name            string        `json:"name"`
+	Doc             string        `json:"doc"`
+	Started         time.Time     `json:"started"`
+	Finished        time.Time     `json:"finished"`
+	Ops             int           `json:"ops"`
+	Faults          []FaultRecord `json:"faults"`
+	Harassment      Harassment    `json:"harassment"`
+	QuietAfter      time.Duration `json:"quiet_after_ns"`
+	FencedWrites    int           `json:"fenced_writes_checked"`
+	Linearizability string        `json:"linearizability"`
+	Violations      []Violation   `json:"violations"`
+}
+
+// FaultRecord is one injected fault.
+type FaultRecord struct {
+	Name string        `json:"name"`
+	At   time.Time     `json:"at"`
+	Held time.Duration `json:"held_ns"`
+}
+
+// Harassment counts the writes aimed at sandboxes being deleted.
+type Harassment struct {
+	LabelFlips        int `json:"label_flips"`
+	StatusWrites      int `json:"status_writes"`
+	IdenticalRewrites int `json:"identical_rewrites"`
+}
+
+// Summary aggregates the history.
+type Summary struct {
+	Ops              int            `json:"ops"`
+	OpsByKind        map[string]int `json:"ops_by_kind"`
+	ErrorsByCode     map[string]int `json:"errors_by_code"`
+	DeletesUnderFire int            `json:"deletes_under_writers"`
+	Faults           map[string]int `json:"faults"`
+	LatencyMS        map[string]Pct `json:"latency_ms"`
+}
+
+// Pct is a latency pair.
+type Pct struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	N   int     `json:"n"`
+}
+
+func reportConfig(c Config) map[string]any {
+	return map[string]any{"scenarios": c.Scenarios, "duration": c.Duration.String(), "clients": c.Clients,
+		"deleting_bound": c.DeletingBound.String(), "endpoint": c.Endpoint}
+}
+
+func pct(ds []time.Duration) Pct {
+	if len(ds) == 0 {
+		return Pct{}
+	}
+	slices.Sort(ds)
+	at := func(p float64) float64 {
+		return float64(ds[min(len(ds)-1, int(float64(len(ds))*p))].Microseconds()) / 1000
+	}
+	return Pct{P50: at(0.5), P99: at(0.99), N: len(ds)}
+}
+
+func (r *Report) summarize(ops []Op) {
+	s := Summary{OpsByKind: map[string]int{}, ErrorsByCode: map[string]int{}, Faults: map[string]int{}, LatencyMS: map[string]Pct{}}
+	var calm, faulty []time.Duration
+	for _, o := range ops {
+		s.Ops++
+		s.OpsByKind[o.Kind]++
+		if !o.ok() {
+			s.ErrorsByCode[o.Code]++
+		}
+		d := time.Duration(o.Return - o.Call)
+		if o.DuringFault {
+			faulty = append(faulty, d)
+		} else {
+			calm = append(calm, d)
+		}
+	}
+	for _, sc := range r.Scenarios {
+		for _, f := range sc.Faults {
+			s.Faults[f.Name]++
+		}
+		if sc.Harassment.LabelFlips+sc.Harassment.StatusWrites+sc.Harassment.IdenticalRewrites > 0 {
+			for _, o := range scenarioOps(ops, sc.Name) {
+				if strings.HasPrefix(o.Kind, "sandbox-delete") && o.ok() {
+					s.DeletesUnderFire++
+				}
+			}
+		}
+	}
+	s.LatencyMS["without_faults"] = pct(calm)
+	s.LatencyMS["during_faults"] = pct(faulty)
+	r.Summary = s
+}
+
+// WriteSummary prints the human summary table.
+func (r *Report) WriteSummary(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "seed\t%d\t(replay: shoal chaos run --seed %d --scenario %s)\n", r.Seed, r.Seed, strings.Join(r.Config["scenarios"].([]string), ","))
+	fmt.Fprintf(tw, "duration\t%s\n", r.Finished.Sub(r.Started).Round(time.Second))
+	fmt.Fprintf(tw, "ops\t%d\n", r.Summary.Ops)
+	fmt.Fprintf(tw, "deletes under writers\t%d\n", r.Summary.DeletesUnderFire)
+	fmt.Fprintln(tw, "\nSCENARIO\tOPS\tFAULTS\tLABEL FLIPS\tSTATUS WRITES\tREWRITES\tFENCED WRITES\tLINEARIZABILITY\tVIOLATIONS")
+	for _, s := range r.Scenarios {
+		h := s.Harassment
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\n", s.Name, s.Ops, len(s.Faults), h.LabelFlips, h.StatusWrites, h.IdenticalRewrites, s.FencedWrites, s.Linearizability, len(s.Violations))
+	}
+	fmt.Fprintln(tw, "\nOP\tCOUNT")
+	for _, k := range sortedKeys(r.Summary.OpsByKind) {
+		fmt.Fprintf(tw, "%s\t%d\n", k, r.Summary.OpsByKind[k])
+	}
+	fmt.Fprintln(tw, "\nERROR CODE\tCOUNT")
+	for _, k := range sortedKeys(r.Summary.ErrorsByCode) {
+		fmt.Fprintf(tw, "%s\t%d\n", k, r.Summary.ErrorsByCode[k])
+	}
+	fmt.Fprintln(tw, "\nFAULT\tINJECTED")
+	for _, k := range sortedKeys(r.Summary.Faults) {
+		fmt.Fprintf(tw, "%s\t%d\n", k, r.Summary.Faults[k])
+	}
+	fmt.Fprintln(tw, "\nLATENCY\tP50 ms\tP99 ms\tOPS")
+	for _, k := range []string{"without_faults", "during_faults"} {
+		p := r.Summary.LatencyMS[k]
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\n", strings.ReplaceAll(k, "_", " "), p.P50, p.P99, p.N)
+	}
+	fmt.Fprintf(tw, "\nVIOLATIONS\t%d\n", len(r.Violations))
+	tw.Flush()
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "  [%s] %s: %s\n", v.Invariant, v.Scenario, v.Detail)
+	}
+}
+
+func sortedKeys(m map[string]int) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func (r *Report) write(dir string, ops []Op) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.json"), b, 0o644); err != nil {
+		return err
+	}
+	hb, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "history.json"), hb, 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "summary.txt"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r.WriteSummary(f)
+	return nil
+}

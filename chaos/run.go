@@ -1,0 +1,293 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	shoalv1 "shoal/api/shoal/v1"
+)
+
+// Run runs the configured scenarios against one environment and returns
+// the report. A report with violations is not an error; err is for a run
+// that could not be carried out.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Seed: cfg.Seed, Started: time.Now(), Config: reportConfig(cfg)}
+	e, err := newEnv(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer e.close()
+	h := newHistory()
+	per := cfg.Duration / time.Duration(len(cfg.Scenarios))
+	bar := newBar(cfg, len(cfg.Scenarios), per)
+	for i, name := range cfg.Scenarios {
+		if ctx.Err() != nil {
+			break
+		}
+		sr, err := runScenario(ctx, e, h, cfg, i, name, per, bar)
+		if err != nil {
+			rep.Finished = time.Now()
+			rep.summarize(h.snapshot())
+			return rep, fmt.Errorf("scenario %s: %w", name, err)
+		}
+		rep.Scenarios = append(rep.Scenarios, sr)
+		rep.Violations = append(rep.Violations, sr.Violations...)
+	}
+	if bar != nil {
+		_ = bar.Finish()
+	}
+	rep.Finished = time.Now()
+	rep.summarize(h.snapshot())
+	if cfg.ReportDir != "" {
+		if err := rep.write(cfg.ReportDir, h.snapshot()); err != nil {
+			return rep, err
+		}
+	}
+	return rep, ctx.Err()
+}
+
+func newBar(cfg Config, scenarios int, per time.Duration) *progressbar.ProgressBar {
+	if cfg.Progress == nil {
+		return nil
+	}
+	return progressbar.NewOptions64(int64(scenarios)*int64(per/time.Second),
+		progressbar.OptionSetWriter(cfg.Progress),
+		progressbar.OptionSetDescription("chaos"),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetPredictTime(false),
+		progressbar.OptionClearOnFinish(),
+	)
+}
+
+func logf(cfg Config, format string, a ...any) {
+	if cfg.Log != nil {
+		fmt.Fprintf(cfg.Log, time.Now().Format("15:04:05 ")+format+"\n", a...)
+	}
+}
+
+// runScenario: traffic and faults for the scenario's share of the
+// duration, then heal, wait for quiet, and check.
+func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, name string, d time.Duration, bar *progressbar.ProgressBar) (ScenarioReport, error) {
+	sc := scenarios[name]
+	seed := uint64(cfg.Seed)*1000 + uint64(idx)
+	rng := func(stream uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, stream)) }
+	sr := ScenarioReport{Name: name, Doc: sc.doc, Started: time.Now()}
+	logf(cfg, "scenario %s: %s (%s)", name, sc.doc, d)
+
+	terms, err := readLeaderTerms(ctx, e)
+	if err != nil {
+		return sr, err
+	}
+	t := &traffic{e: e, h: h, scn: name, race: sc.providerRace, targets: map[string]int{}}
+	tctx, stop := context.WithTimeout(ctx, d)
+	defer stop()
+	var wg sync.WaitGroup
+	for c := 0; c < cfg.Clients; c++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); t.client(tctx, c, rng(uint64(c)+1)) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); t.lifecycle(tctx, cfg.Clients) }()
+	for i, kind := range []string{"label", "status", "rewrite"} {
+		wg.Add(1)
+		go func() { defer wg.Done(); t.harass(tctx, kind, rng(uint64(100+i))) }()
+	}
+	// The attachment invariant is sampled all along, not only at the end.
+	var sampleViolations []string
+	var smu sync.Mutex
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for tctx.Err() == nil {
+			if snap, err := e.st.Snapshot(tctx); err == nil {
+				if bad := checkSnapshot(snap); len(bad) > 0 {
+					smu.Lock()
+					sampleViolations = append(sampleViolations, bad...)
+					smu.Unlock()
+				}
+			}
+			select {
+			case <-tctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	// Faults, on a schedule drawn from the seed.
+	var faultErr error
+	if sc.faults != nil {
+		faults := sc.faults(e, rng(999))
+		frng := rng(1000)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			faultErr = schedule(tctx, e, h, faults, frng, &sr)
+		}()
+	}
+	// Progress: one tick a second.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tctx.Done():
+				return
+			case <-tick.C:
+				if bar != nil {
+					ops := h.snapshot()
+					errs := 0
+					for _, o := range ops {
+						if !o.ok() {
+							errs++
+						}
+					}
+					bar.Describe(fmt.Sprintf("%s: %d ops, %d errors, %d faults", name, len(ops), errs, len(sr.Faults)))
+					_ = bar.Add(1)
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	if faultErr != nil {
+		return sr, faultErr
+	}
+	sr.Harassment = Harassment{LabelFlips: t.labelFlips, StatusWrites: t.statusWrites, IdenticalRewrites: t.rewrites}
+
+	// Quiet: every fault healed; let teardown finish, then check.
+	healedAt := time.Now()
+	logf(cfg, "scenario %s: traffic done, checking", name)
+	for _, b := range sampleViolations {
+		sr.Violations = append(sr.Violations, Violation{invAttachments, name, b})
+	}
+	sr.Violations = append(sr.Violations, checkQuiet(ctx, e, name, cfg.DeletingBound)...)
+	sr.QuietAfter = time.Since(healedAt)
+	snap, err := e.st.Snapshot(ctx)
+	if err != nil {
+		return sr, err
+	}
+	for _, b := range checkSnapshot(snap) {
+		sr.Violations = append(sr.Violations, Violation{invAttachments, name, b})
+	}
+	ops := scenarioOps(h.snapshot(), name)
+	sr.Violations = append(sr.Violations, checkDeletes(ops)...)
+	sr.Violations = append(sr.Violations, checkLifecycle(ops)...)
+	sr.Violations = append(sr.Violations, checkAckedCreates(ops, snap)...)
+	logf(cfg, "scenario %s: quiet after %s; checking linearizability", name, time.Since(healedAt).Round(time.Millisecond))
+	lv, note := checkLinearizable(ops, name, cfg.ReportDir, h.now(), 30*time.Second)
+	logf(cfg, "scenario %s: linearizability done", name)
+	sr.Violations = append(sr.Violations, lv...)
+	sr.Linearizability = note
+	fv, n, err := checkFencing(ctx, e, name, terms)
+	if err != nil {
+		return sr, err
+	}
+	sr.FencedWrites = n
+	sr.Violations = append(sr.Violations, fv...)
+	sr.Ops = len(ops)
+	sr.Finished = time.Now()
+	logf(cfg, "scenario %s: %d ops, %d faults, %d violations", name, len(ops), len(sr.Faults), len(sr.Violations))
+	return sr, nil
+}
+
+func scenarioOps(all []Op, name string) []Op {
+	var out []Op
+	for _, o := range all {
+		if o.Scenario == name {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// schedule injects faults one after another until ctx ends, and always
+// heals the last one.
+func schedule(ctx context.Context, e *env, h *history, faults []Fault, rng *rand.Rand, sr *ScenarioReport) error {
+	for {
+		gap := time.Duration(500+rng.IntN(1500)) * time.Millisecond
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(gap):
+		}
+		f := faults[rng.IntN(len(faults))]
+		hold := f.Hold(rng)
+		bg := context.WithoutCancel(ctx)
+		h.setFault(1)
+		at := time.Now()
+		if err := f.Inject(bg); err != nil {
+			h.setFault(-1)
+			return fmt.Errorf("inject %s: %w", f.Name(), err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(hold):
+		}
+		err := f.Heal(bg)
+		h.setFault(-1)
+		sr.Faults = append(sr.Faults, FaultRecord{Name: f.Name(), At: at, Held: time.Since(at)})
+		if err != nil {
+			return fmt.Errorf("heal %s: %w", f.Name(), err)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// checkQuiet waits, up to bound, for no DELETING sandbox and no orphan
+// container; what is left then is a violation.
+func checkQuiet(ctx context.Context, e *env, scn string, bound time.Duration) []Violation {
+	deadline := time.Now().Add(bound)
+	for {
+		var deleting []string
+		page, err := e.client.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageSize: 1000})
+		known := map[string]bool{}
+		if err == nil {
+			for _, sb := range page.Items {
+				known[sb.Meta.Uid] = true
+				if sb.Meta.DeletionTimestamp != nil {
+					deleting = append(deleting, sb.Meta.Name)
+				}
+			}
+		}
+		var orphans []string
+		if cs, cerr := e.containers(ctx); cerr == nil && err == nil {
+			for _, c := range cs {
+				if !known[c.Labels["shoal.dev/uid"]] {
+					orphans = append(orphans, c.ID[:12])
+				}
+			}
+		} else if err == nil {
+			err = cerr
+		}
+		if err == nil && len(deleting) == 0 && len(orphans) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			var v []Violation
+			if err != nil {
+				v = append(v, Violation{invNoLeftovers, scn, fmt.Sprintf("could not check: %v", err)})
+			}
+			if len(deleting) > 0 {
+				v = append(v, Violation{invNoLeftovers, scn, fmt.Sprintf("still DELETING %s after the faults healed: %v", bound, deleting)})
+			}
+			if len(orphans) > 0 {
+				v = append(v, Violation{invNoLeftovers, scn, fmt.Sprintf("orphan containers %s after the faults healed: %v", bound, orphans)})
+			}
+			return v
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

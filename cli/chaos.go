@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"shoal/chaos"
+)
+
+func (a *app) chaosCmd() *cli.Command {
+	def := chaos.DefaultConfig()
+	common := []cli.Flag{
+		&cli.Int64Flag{Name: "seed", Value: def.Seed, Usage: "`SEED` of the op and fault schedule (printed, for replay)"},
+		&cli.IntFlag{Name: "clients", Value: def.Clients, Usage: "`N` concurrent traffic clients"},
+		&cli.StringFlag{Name: "report", Value: def.ReportDir, Usage: "write the report to `DIR`"},
+		&cli.DurationFlag{Name: "deleting-bound", Value: def.DeletingBound, Usage: "after faults heal, no sandbox may stay DELETING longer than `DURATION`"},
+		&cli.StringSliceFlag{Name: "etcd-endpoints", Usage: "etcd `URLS` of the node given with --endpoint (the checkers read etcd directly)"},
+		&cli.StringFlag{Name: "node-id", Usage: "node `ID` of the node given with --endpoint (for its containers)"},
+		&cli.BoolFlag{Name: "keep-data", Usage: "keep the run's etcd data and node log"},
+	}
+	fill := func(c *cli.Context) (chaos.Config, error) {
+		cfg := def
+		cfg.Seed = c.Int64("seed")
+		cfg.Clients = c.Int("clients")
+		cfg.ReportDir = c.String("report")
+		cfg.DeletingBound = c.Duration("deleting-bound")
+		cfg.EtcdEndpoints = c.StringSlice("etcd-endpoints")
+		cfg.NodeID = c.String("node-id")
+		cfg.KeepData = c.Bool("keep-data")
+		if c.IsSet("endpoint") {
+			cfg.Endpoint = a.endpoint
+		}
+		if a.tty {
+			cfg.Progress = a.stderr
+		} else {
+			cfg.Log = a.stderr
+		}
+		return cfg, nil
+	}
+	return &cli.Command{
+		Name:  "chaos",
+		Usage: "run the chaos suite: traffic, injected faults, recorded history, invariant checks",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "run",
+				Usage: "run scenarios once and check the invariants",
+				Description: `Starts a node of its own (as a child process, with etcd and the Docker socket
+behind fault proxies) unless --endpoint names a running node, drives traffic from
+--clients clients plus writers aimed at sandboxes being deleted, injects the
+scenario's faults, then checks every invariant (docs/chaos.md). Exits 1 on any
+violation. The same --seed replays the same schedule of ops and faults.
+
+Scenarios: ` + strings.Join(chaos.ScenarioNames(), ", ") + `, or all.`,
+				Flags: append([]cli.Flag{
+					&cli.StringSliceFlag{Name: "scenario", Value: cli.NewStringSlice("all"), Usage: "`NAME` of a scenario, or all; repeatable"},
+					&cli.DurationFlag{Name: "duration", Value: def.Duration, Usage: "traffic `DURATION`, split across the scenarios"},
+				}, common...),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 0 {
+						return usageError("chaos run takes no arguments")
+					}
+					cfg, _ := fill(c)
+					cfg.Scenarios = c.StringSlice("scenario")
+					cfg.Duration = c.Duration("duration")
+					if err := cfg.Validate(); err != nil {
+						return usageError("%v", err)
+					}
+					fmt.Fprintf(a.stderr, "chaos: seed %d, scenarios %s, %s\n", cfg.Seed, strings.Join(cfg.Scenarios, ","), cfg.Duration)
+					rep, err := chaos.Run(c.Context, cfg)
+					if rep != nil {
+						rep.WriteSummary(a.stdout)
+					}
+					if err != nil {
+						return &exitError{code: ExitError, msg: err.Error()}
+					}
+					if n := len(rep.Violations); n > 0 {
+						return &exitError{code: ExitError, msg: fmt.Sprintf("%d invariant violation(s); report in %s; replay with --seed %d", n, cfg.ReportDir, cfg.Seed)}
+					}
+					return nil
+				},
+			},
+			{
+				Name:  "soak",
+				Usage: "run scenarios back to back for a long time, checking invariants and resource growth",
+				Description: `Cycles through every scenario until --duration is over. Each cycle checks the
+invariants and samples the node's goroutines, RSS, open fds, container count and
+the etcd database size; it fails when any grows past its bound (docs/chaos.md).`,
+				Flags: append([]cli.Flag{
+					&cli.DurationFlag{Name: "duration", Value: 2 * time.Hour, Usage: "soak `DURATION`"},
+					&cli.DurationFlag{Name: "cycle", Value: 2 * time.Minute, Usage: "traffic `DURATION` of one cycle (all scenarios)"},
+				}, common...),
+				Action: func(c *cli.Context) error {
+					if c.NArg() != 0 {
+						return usageError("chaos soak takes no arguments")
+					}
+					cfg, _ := fill(c)
+					cfg.Scenarios = []string{"all"}
+					cfg.Duration = c.Duration("cycle")
+					if err := cfg.Validate(); err != nil {
+						return usageError("%v", err)
+					}
+					fmt.Fprintf(a.stderr, "chaos soak: seed %d, %s in cycles of %s\n", cfg.Seed, c.Duration("duration"), cfg.Duration)
+					res, err := chaos.Soak(c.Context, cfg, c.Duration("duration"))
+					if res != nil {
+						res.WriteSummary(a.stdout)
+					}
+					if err != nil {
+						return &exitError{code: ExitError, msg: err.Error()}
+					}
+					if res.Failed() {
+						return &exitError{code: ExitError, msg: fmt.Sprintf("soak failed; report in %s; replay with --seed %d", cfg.ReportDir, cfg.Seed)}
+					}
+					return nil
+				},
+			},
+		},
+	}
+}
