@@ -6,7 +6,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION        := v0.8.2
 
-.PHONY: build run test bench image proto lint tools clean
+.PHONY: build run test bench image proto lint chaos soak clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/shoal
@@ -21,6 +21,15 @@ bench: build image
 	( $(GO) test -run '^$$' -bench UpdateLoopVsRaw -benchtime 3000x -count 3 ./bench/ && \
 	  $(GO) test -run '^$$' -bench DeleteSandboxLatency -benchtime 1x -count 1 -timeout 20m ./bench/ && \
 	  $(GO) test -run '^$$' -bench CreateToReady -benchtime 30x -count 1 -timeout 20m ./bench/ ) | tee bench/last.txt
+
+# The chaos suite (docs/chaos.md). CHAOS_DURATION and SOAK_DURATION override.
+CHAOS_DURATION ?= 5m
+SOAK_DURATION  ?= 2h
+chaos: build image
+	$(BIN) chaos run --scenario all --duration $(CHAOS_DURATION) --report reports/chaos
+
+soak: build image
+	$(BIN) chaos soak --duration $(SOAK_DURATION) --report reports/soak
 
 image:
 	./deploy/image/build.sh $(IMAGE)

@@ -117,11 +117,11 @@ func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence *
 	var rev int64
 	_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
 		committed: &rev,
-		codec:    sandboxCodec,
-		key:      s.k.sandbox(ws, name),
-		intent:   s.k.intent(ws, name),
-		deleting: true,
-		fence:    fence,
+		codec:     sandboxCodec,
+		key:       s.k.sandbox(ws, name),
+		intent:    s.k.intent(ws, name),
+		deleting:  true,
+		fence:     fence,
 		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
 			if cur == nil || cur.GetMeta().GetUid() != uid {
 				return cur, errGone
@@ -199,9 +199,9 @@ func (s *Store) FinalizeProvider(ctx context.Context, ws, name string, fence *Fe
 	var rev int64
 	_, err := update(ctx, s, updateSpec[*shoalv1.Provider]{
 		committed: &rev,
-		codec: providerCodec,
-		key:   s.k.provider(ws, name),
-		fence: fence,
+		codec:     providerCodec,
+		key:       s.k.provider(ws, name),
+		fence:     fence,
 		mutate: func(cur *shoalv1.Provider) (*shoalv1.Provider, error) {
 			busy = false
 			if cur == nil || cur.GetMeta().GetDeletionTimestamp() == nil {

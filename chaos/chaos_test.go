@@ -1,0 +1,119 @@
+package chaos_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"shoal/chaos"
+	"shoal/internal/testenv"
+)
+
+func buildShoal(t *testing.T, tags string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..")
+	bin := filepath.Join(t.TempDir(), "shoal")
+	args := []string{"build", "-o", bin}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	cmd := exec.Command("go", append(args, "./cmd/shoal")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", tags, err, out)
+	}
+	return bin
+}
+
+func invariants(r *chaos.Report) []string {
+	var out []string
+	for _, v := range r.Violations {
+		out = append(out, v.Invariant)
+	}
+	return out
+}
+
+// The checker must be able to fail: a node whose provider delete checks
+// for attachments and then deletes in a second step (test builds only) is
+// caught breaking invariant 4, and one whose update loop skips its compare
+// is caught losing updates (linearizability).
+func TestBrokenGuaranteesAreCaught(t *testing.T) {
+	testenv.RequireDocker(t)
+	bin := buildShoal(t, "chaosbreak")
+	for _, tc := range []struct {
+		mode, scenario, invariant string
+	}{
+		{"check-then-act", "provider-race", "4-attachments-consistent"},
+		{"skip-compare", "conflicts", "1-linearizable"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			// A broken guarantee shows up within seconds almost always;
+			// a few attempts make a miss vanishingly unlikely.
+			for attempt := 1; attempt <= 4; attempt++ {
+				cfg := chaos.DefaultConfig()
+				cfg.Binary = bin
+				cfg.NodeEnv = []string{"SHOAL_CHAOS_BREAK=" + tc.mode}
+				cfg.Scenarios = []string{tc.scenario}
+				cfg.Duration = 15 * time.Second
+				cfg.Seed = int64(attempt)
+				cfg.Clients = 12
+				cfg.ReportDir = t.TempDir()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				rep, err := chaos.Run(ctx, cfg)
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if slices.Contains(invariants(rep), tc.invariant) {
+					t.Logf("attempt %d: caught: %v", attempt, rep.Violations[0].Detail)
+					if tc.invariant == "1-linearizable" {
+						matches, _ := filepath.Glob(filepath.Join(cfg.ReportDir, "linearizability-*.html"))
+						if len(matches) == 0 {
+							t.Fatal("linearizability violation without porcupine's visualisation in the report dir")
+						}
+					}
+					return
+				}
+				t.Logf("attempt %d (seed %d): not caught yet (%d ops)", attempt, cfg.Seed, rep.Summary.Ops)
+			}
+			t.Fatalf("SHOAL_CHAOS_BREAK=%s was never caught as %s", tc.mode, tc.invariant)
+		})
+	}
+}
+
+// A healthy node passes the same scenarios, and the report files are there.
+func TestHealthyRunHasNoViolations(t *testing.T) {
+	testenv.RequireDocker(t)
+	cfg := chaos.DefaultConfig()
+	cfg.Binary = testenv.Binary(t)
+	cfg.Scenarios = []string{"conflicts", "provider-race", "node-kill"}
+	cfg.Duration = 30 * time.Second
+	cfg.Seed = 7
+	cfg.ReportDir = t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := chaos.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	rep.WriteSummary(&sb)
+	if len(rep.Violations) > 0 {
+		t.Fatalf("violations on a healthy node:\n%s", sb.String())
+	}
+	if rep.Summary.Ops < 100 || rep.Summary.Faults["node-kill"] == 0 || rep.Summary.DeletesUnderFire == 0 {
+		t.Fatalf("the run did too little to prove anything:\n%s", sb.String())
+	}
+	for _, f := range []string{"report.json", "summary.txt", "history.json"} {
+		if _, err := os.Stat(filepath.Join(cfg.ReportDir, f)); err != nil {
+			t.Fatalf("report file: %v", err)
+		}
+	}
+}
