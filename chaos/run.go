@@ -32,7 +32,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		sr, err := runScenario(ctx, e, h, cfg, i, name, per, bar)
+		sr, err := runScenario(ctx, e, h, cfg, i, name, name, per, bar)
 		if err != nil {
 			rep.Finished = time.Now()
 			rep.summarize(h.snapshot())
@@ -74,9 +74,12 @@ func logf(cfg Config, format string, a ...any) {
 }
 
 // runScenario: traffic and faults for the scenario's share of the
-// duration, then heal, wait for quiet, and check.
-func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, name string, d time.Duration, bar *progressbar.ProgressBar) (ScenarioReport, error) {
-	sc := scenarios[name]
+// duration, then heal, wait for quiet, and check. inst names this run of
+// the scenario: it prefixes every object name and labels every op, so that
+// runs of the same scenario (soak cycles) have separate histories.
+func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, scenarioName, inst string, d time.Duration, bar *progressbar.ProgressBar) (ScenarioReport, error) {
+	sc := scenarios[scenarioName]
+	name := inst
 	seed := uint64(cfg.Seed)*1000 + uint64(idx)
 	rng := func(stream uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, stream)) }
 	sr := ScenarioReport{Name: name, Doc: sc.doc, Started: time.Now()}

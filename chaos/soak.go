@@ -82,7 +82,8 @@ func Soak(ctx context.Context, cfg Config, total time.Duration) (*SoakResult, er
 	var base *Sample
 	for cycle := 0; time.Now().Before(end) && ctx.Err() == nil; cycle++ {
 		for i, name := range cfg.Scenarios {
-			sr, err := runScenario(ctx, e, h, cfg, cycle*len(cfg.Scenarios)+i, name, per, nil)
+			inst := fmt.Sprintf("%s-c%d", name, cycle)
+			sr, err := runScenario(ctx, e, h, cfg, cycle*len(cfg.Scenarios)+i, name, inst, per, nil)
 			if err != nil {
 				return res, fmt.Errorf("cycle %d, scenario %s: %w", cycle, name, err)
 			}
