@@ -3,13 +3,18 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	shoalv1 "shoal/api/shoal/v1"
 )
@@ -92,6 +97,9 @@ func Soak(ctx context.Context, cfg Config, total time.Duration) (*SoakResult, er
 		if err := cleanup(ctx, e); err != nil {
 			return res, fmt.Errorf("cycle %d cleanup: %w", cycle, err)
 		}
+		if err := compact(ctx, e); err != nil {
+			return res, fmt.Errorf("cycle %d compaction: %w", cycle, err)
+		}
 		s, err := sample(ctx, e)
 		if err != nil {
 			return res, err
@@ -113,7 +121,32 @@ func Soak(ctx context.Context, cfg Config, total time.Duration) (*SoakResult, er
 		}
 	}
 	res.Ops = len(h.snapshot())
+	if cfg.ReportDir != "" {
+		if err := os.MkdirAll(cfg.ReportDir, 0o755); err != nil {
+			return res, err
+		}
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if err := os.WriteFile(filepath.Join(cfg.ReportDir, "soak.json"), b, 0o644); err != nil {
+			return res, err
+		}
+	}
 	return res, ctx.Err()
+}
+
+// compact drops etcd's history up to now and defragments, so that the db
+// size sampled next measures live keys (a leak of records, intents or
+// attachment keys would show) rather than the history a cycle wrote. The
+// cycle's checks, which read that history, are done by then.
+func compact(ctx context.Context, e *env) error {
+	resp, err := e.raw.Get(ctx, "compact-marker")
+	if err != nil {
+		return err
+	}
+	if _, err := e.raw.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		return err
+	}
+	_, err = e.raw.Defragment(ctx, e.etcd.Endpoint())
+	return err
 }
 
 // cleanup deletes every sandbox (wait) and then every provider, so each
