@@ -54,9 +54,26 @@ type Agent struct {
 	cfg Config
 	log *slog.Logger
 
-	mu      sync.Mutex
-	orphans map[string]time.Time // container id → first seen orphaned
-	reaped  int
+	mu       sync.Mutex
+	orphans  map[string]time.Time // container id → first seen orphaned
+	reaped   int
+	attempts map[string]int // sandbox uid → failed provisioning attempts
+}
+
+// MaxProvisionAttempts is how often a container start is tried before the
+// sandbox is put in ERROR.
+const MaxProvisionAttempts = 5
+
+// attempt counts one failed provisioning attempt and returns the count.
+func (a *Agent) attempt(uid string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.attempts[uid]++
+	n := a.attempts[uid]
+	if n >= MaxProvisionAttempts {
+		delete(a.attempts, uid)
+	}
+	return n
 }
 
 // New validates cfg.
@@ -79,7 +96,7 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("shoal/agent")
 	}
-	return &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}}, nil
+	return &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{}}, nil
 }
 
 // Reaped is the number of orphan containers removed so far.
@@ -201,6 +218,11 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 	}
 	now := time.Now()
 	a.mu.Lock()
+	for uid := range a.attempts {
+		if !known[uid] {
+			delete(a.attempts, uid)
+		}
+	}
 	seen := map[string]bool{}
 	var reap []docker.Container
 	for _, c := range cs {
@@ -280,6 +302,11 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 		if ctx.Err() != nil {
 			return err
 		}
+		// A Docker hiccup is retried (the queue backs off); a missing image
+		// or repeated failure is reported as ERROR.
+		if shoal.KindOf(err) != shoal.KindFailedPrecondition && a.attempt(sb.Meta.Uid) < MaxProvisionAttempts {
+			return fmt.Errorf("provision %s: %w", sb.Meta.Name, err)
+		}
 		msg := fmt.Sprintf("container could not be started: %v", err)
 		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 			st.Phase = shoalv1.SandboxPhase_ERROR
@@ -288,6 +315,9 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 			setCondition(st, "Provisioned", "False", "RuntimeError", msg)
 		})
 	}
+	a.mu.Lock()
+	delete(a.attempts, sb.Meta.Uid)
+	a.mu.Unlock()
 	if err := a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 		st.Phase = shoalv1.SandboxPhase_READY
 		st.ContainerId = id
