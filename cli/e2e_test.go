@@ -3,8 +3,10 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -149,4 +151,53 @@ func TestNodeStartWithoutDocker(t *testing.T) {
 	if len(lines) != 1 || !strings.Contains(lines[0], "no Docker engine is reachable") || !strings.Contains(lines[0], "Start the Docker engine") {
 		t.Fatalf("want one clear line saying what to do, got:\n%s", r.stderr)
 	}
+}
+
+// SIGTERM shuts a node down gracefully (exit 0), and a restart on the same
+// data dir keeps the state.
+func TestNodeSignalAndRestartKeepsState(t *testing.T) {
+	testenv.RequireDocker(t)
+	bin := testenv.Binary(t)
+	cfg := testenv.NodeConfig(t)
+	t.Cleanup(func() { testenv.RemoveNodeContainers(t, cfg.ID) })
+	api := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "node", "start", "--node-id", cfg.ID, "--data-dir", cfg.DataDir, "--listen", api,
+			"--etcd-listen-client", cfg.EtcdListenClient, "--etcd-listen-peer", cfg.EtcdListenPeer, "--log-level", "warn")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+		})
+		testenv.Eventually(t, time.Minute, "node serving", func() (bool, error) {
+			r := run(t, bin, api, "provider", "list")
+			return r.code == 0, fmt.Errorf("exit %d: %s", r.code, r.stderr)
+		})
+		return cmd
+	}
+	stop := func(cmd *exec.Cmd) {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("node exit after SIGTERM: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("node did not stop within a minute of SIGTERM")
+		}
+	}
+	n := start()
+	run(t, bin, api, "provider", "create", "keep", "--type", "github", "--credential", "GITHUB_TOKEN=x").must(t, 0, "provider create")
+	stop(n)
+	n = start()
+	run(t, bin, api, "provider", "get", "keep").must(t, 0, "provider survives restart")
+	stop(n)
 }

@@ -82,7 +82,22 @@ func (s *Store) MarkSandboxDeleting(ctx context.Context, ws, name string, pre Pr
 			return nil, etcdErr(ctx, terr)
 		}
 		if tx.Succeeded {
-			return s.mark(ctx, ws, name, cur.Meta.Uid)
+			marked, err := s.mark(ctx, ws, name, cur.Meta.Uid)
+			switch shoal.KindOf(err) {
+			case shoal.KindNotFound, shoal.KindConflict:
+				// A writer that met our intent marked the record for us and
+				// teardown has already removed it (or a replacement took
+				// the name): the deletion we asked for is done. Report the
+				// record as last seen, marked, at its old revision, so a
+				// wait from there sees it go.
+				cur.Meta.DeletionTimestamp = ts(s.now())
+				if cur.Status == nil {
+					cur.Status = &shoalv1.SandboxStatus{}
+				}
+				cur.Status.Phase = shoalv1.SandboxPhase_DELETING
+				return cur, nil
+			}
+			return marked, err
 		}
 		resp = (*clientv3.GetResponse)(tx.Responses[0].GetResponseRange())
 	}
