@@ -122,8 +122,10 @@ func StartNode(t testing.TB, cfg node.Config) *Node {
 			t.Error("node did not stop within 60s")
 		}
 	}
-	t.Cleanup(stop)
+	// Cleanups run last-in first-out: stop the node first, then remove
+	// whatever containers it left, so none can appear after the sweep.
 	t.Cleanup(func() { RemoveNodeContainers(t, cfg.ID) })
+	t.Cleanup(stop)
 	return &Node{Node: n, Config: cfg, Client: shoalv1.NewShoalClient(conn), stop: stop}
 }
 
