@@ -119,25 +119,16 @@ func (a *Agent) Start(ctx context.Context) error {
 	defer wg.Wait()
 	defer cancel()
 	wg.Add(1)
-	go func() { defer wg.Done(); <-ctx.Done(); q.Close() }()
-	for range a.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				it, ok := q.Get()
-				if !ok {
-					return
-				}
-				if err := a.reconcile(ctx, it); err != nil && ctx.Err() == nil {
-					a.log.Warn("reconcile failed; will retry", "sandbox", it.key(), "err", err)
-					q.Done(it, time.Second)
-					continue
-				}
-				q.Done(it, 0)
+	go func() {
+		defer wg.Done()
+		q.Run(ctx, a.cfg.Workers, func(it item) time.Duration {
+			if err := a.reconcile(ctx, it); err != nil && ctx.Err() == nil {
+				a.log.Warn("reconcile failed; will retry", "sandbox", it.key(), "err", err)
+				return time.Second
 			}
-		}()
-	}
+			return 0
+		})
+	}()
 
 	sandboxes := a.cfg.Store.WatchSandboxes(ctx, "", "", 0)
 	devents, derrs := a.cfg.Runtime.Events(ctx)

@@ -97,39 +97,28 @@ func (t task) key() string {
 func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 	fence := l.Fence()
 	q := workqueue.New(task.key)
+	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wg.Add(1)
-	go func() { defer wg.Done(); <-ctx.Done(); q.Close() }()
-
-	for range c.cfg.Workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				t, ok := q.Get()
-				if !ok {
-					return
-				}
-				err := c.process(ctx, fence, t)
-				switch {
-				case err == nil:
-					q.Done(t, 0)
-				case errors.Is(err, store.ErrFenced):
-					c.log.Warn("fenced out; stopping leader loops", "err", err)
-					cancel()
-					q.Done(t, 0)
-				default:
-					if ctx.Err() == nil {
-						c.log.Warn("teardown step failed; will retry", "task", t.key(), "err", err)
-					}
-					q.Done(t, time.Second)
-				}
+	go func() {
+		defer wg.Done()
+		q.Run(ctx, c.cfg.Workers, func(t task) time.Duration {
+			err := c.process(ctx, fence, t)
+			switch {
+			case err == nil:
+				return 0
+			case errors.Is(err, store.ErrFenced):
+				c.log.Warn("fenced out; stopping leader loops", "err", err)
+				cancel()
+				return 0
+			case ctx.Err() == nil:
+				c.log.Warn("teardown step failed; will retry", "task", t.key(), "err", err)
 			}
-		}()
-	}
+			return time.Second
+		})
+	}()
 
 	sandboxes := c.cfg.Store.WatchSandboxes(ctx, "", "", 0)
 	providers := c.cfg.Store.WatchProviders(ctx, 0)

@@ -1,6 +1,7 @@
 package workqueue
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -90,4 +91,27 @@ func (q *Queue[T]) Len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.order)
+}
+
+// Run serves the queue with n workers until ctx ends: it closes the queue
+// then and returns once every worker has finished its item. handle returns
+// how long to wait before retrying the item (0: done).
+func (q *Queue[T]) Run(ctx context.Context, n int, handle func(T) time.Duration) {
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); <-ctx.Done(); q.Close() }()
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				t, ok := q.Get()
+				if !ok {
+					return
+				}
+				q.Done(t, handle(t))
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -1,6 +1,7 @@
 package workqueue
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -39,5 +40,43 @@ func TestDedupAndRequeueWhileInflight(t *testing.T) {
 	q.Close()
 	if _, ok := q.Get(); ok {
 		t.Fatal("Get after Close returned an item")
+	}
+}
+
+func TestRunRetriesAndStops(t *testing.T) {
+	q := New(func(s string) string { return s })
+	ctx, cancel := context.WithCancel(context.Background())
+	seen := make(chan string, 16)
+	tries := map[string]int{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		q.Run(ctx, 2, func(s string) time.Duration {
+			seen <- s
+			if s == "flaky" {
+				tries[s]++ // only one worker holds an item at a time
+				if tries[s] < 3 {
+					return time.Millisecond
+				}
+			}
+			return 0
+		})
+	}()
+	q.Add("a")
+	q.Add("flaky")
+	got := map[string]int{}
+	for got["a"] < 1 || got["flaky"] < 3 {
+		select {
+		case s := <-seen:
+			got[s]++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("handled %v; want a once and flaky three times", got)
+		}
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after ctx ended")
 	}
 }
