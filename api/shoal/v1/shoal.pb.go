@@ -1019,13 +1019,14 @@ type UpdateSandboxRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// Labels to set. A key mapped to an empty value is removed when it is
-	// listed in remove_labels too; otherwise empty values are kept.
-	SetLabels         map[string]string `protobuf:"bytes,3,rep,name=set_labels,json=setLabels,proto3" json:"set_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Labels to set (added or overwritten). An empty value is a value.
+	SetLabels map[string]string `protobuf:"bytes,3,rep,name=set_labels,json=setLabels,proto3" json:"set_labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Label keys to remove; applied after set_labels.
 	RemoveLabels      []string          `protobuf:"bytes,4,rep,name=remove_labels,json=removeLabels,proto3" json:"remove_labels,omitempty"`
 	SetAnnotations    map[string]string `protobuf:"bytes,5,rep,name=set_annotations,json=setAnnotations,proto3" json:"set_annotations,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	RemoveAnnotations []string          `protobuf:"bytes,6,rep,name=remove_annotations,json=removeAnnotations,proto3" json:"remove_annotations,omitempty"`
-	// If non-zero, the update applies only at this resource_version.
+	// If non-zero, the update applies only at this resource_version;
+	// otherwise FAILED_PRECONDITION. A sandbox being deleted takes no updates.
 	ResourceVersion int64 `protobuf:"varint,7,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
@@ -1111,10 +1112,12 @@ func (x *UpdateSandboxRequest) GetResourceVersion() int64 {
 }
 
 type DeleteSandboxRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workspace     string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Preconditions *Preconditions         `protobuf:"bytes,3,opt,name=preconditions,proto3" json:"preconditions,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Only these can make a delete fail (FAILED_PRECONDITION): concurrent
+	// writers never do. Deleting twice is not an error.
+	Preconditions *Preconditions `protobuf:"bytes,3,opt,name=preconditions,proto3" json:"preconditions,omitempty"`
 	// Return only when the record is gone.
 	Wait          bool `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
