@@ -263,7 +263,10 @@ func checkQuiet(ctx context.Context, e *env, scn string, bound time.Duration) []
 			}
 		}
 		var orphans []string
-		if cs, cerr := e.containers(ctx); cerr == nil && err == nil {
+		if e.nodeID == "" {
+			// An external node whose id was not given (--node-id): its
+			// containers cannot be told apart, so only records are checked.
+		} else if cs, cerr := e.containers(ctx); cerr == nil && err == nil {
 			for _, c := range cs {
 				if !known[c.Labels["shoal.dev/uid"]] {
 					orphans = append(orphans, c.ID[:12])
