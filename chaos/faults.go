@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -164,8 +163,4 @@ var scenarios = map[string]scenario{
 		faults: func(e *env, rng *rand.Rand) []Fault { return []Fault{containerLoss{e, rng}} }},
 	"etcd-faults": {order: 6, needsProcess: true, doc: "etcd request latency (40 ms per hop) and brief unavailability",
 		faults: func(e *env, _ *rand.Rand) []Fault { return []Fault{etcdLatency{e}, etcdOutage{e}} }},
-}
-
-func describeFault(f Fault, d time.Duration) string {
-	return fmt.Sprintf("%s for %s", f.Name(), d.Round(time.Millisecond))
 }

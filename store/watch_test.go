@@ -67,10 +67,8 @@ func TestWatchResumesFromResourceVersion(t *testing.T) {
 	if _, err := c.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
-	for ev := range s.WatchSandboxes(ctx, "default", "", created.Meta.ResourceVersion) {
-		if shoal.KindOf(ev.Err) != shoal.KindGone {
-			t.Fatalf("watch from a compacted revision: %+v, want a Gone error", ev)
-		}
-		break
+	ev, ok := <-s.WatchSandboxes(ctx, "default", "", created.Meta.ResourceVersion)
+	if !ok || shoal.KindOf(ev.Err) != shoal.KindGone {
+		t.Fatalf("watch from a compacted revision: %+v, want a Gone error", ev)
 	}
 }
