@@ -79,7 +79,7 @@ func BenchmarkDeleteSandboxLatency(b *testing.B) {
 	cfg.DefaultImage = "shoal/bench-no-container:none" // measure the control plane, not Docker
 	n := testenv.StartNode(b, cfg)
 	ctx := context.Background()
-	samples := 300
+	samples := 1000
 	measure := func(writers int) []time.Duration {
 		var lat []time.Duration
 		for i := 0; i < samples; i++ {
