@@ -77,12 +77,23 @@ func (s *Store) MarkSandboxDeleting(ctx context.Context, ws, name string, pre Pr
 		if pre.ResourceVersion != 0 {
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(key), "=", pre.ResourceVersion))
 		}
-		tx, terr := s.c.Txn(ctx).If(cmps...).Then(clientv3.OpPut(intent, cur.Meta.Uid)).Else(clientv3.OpGet(key)).Commit()
+		// Then reads the record back at the intent's revision: from here on
+		// only the deletion protocol writes it, so the mark can start from
+		// this copy without another read.
+		tx, terr := s.c.Txn(ctx).If(cmps...).
+			Then(clientv3.OpPut(intent, cur.Meta.Uid), clientv3.OpGet(key)).
+			Else(clientv3.OpGet(key)).Commit()
 		if terr != nil {
 			return nil, etcdErr(ctx, terr)
 		}
 		if tx.Succeeded {
-			marked, err := s.mark(ctx, ws, name, cur.Meta.Uid)
+			var start *cached[*shoalv1.Sandbox]
+			if kvs := tx.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				if obj, err := sandboxCodec.decode(kvs[0]); err == nil {
+					start = &cached[*shoalv1.Sandbox]{obj: obj, raw: kvs[0].Value, rev: kvs[0].ModRevision}
+				}
+			}
+			marked, err := s.mark(ctx, ws, name, cur.Meta.Uid, start)
 			switch shoal.KindOf(err) {
 			case shoal.KindNotFound, shoal.KindConflict:
 				// A writer that met our intent marked the record for us and
@@ -108,8 +119,8 @@ func (s *Store) MarkSandboxDeleting(ctx context.Context, ws, name string, pre Pr
 // release/. The deleter runs it; so does any writer that finds an intent
 // not yet marked (helping), and the coordinator's resync, so a crash between
 // the intent and the mark cannot leave a deletion half done.
-func (s *Store) mark(ctx context.Context, ws, name, uid string) (*shoalv1.Sandbox, error) {
-	return s.updateSandbox(ctx, ws, name, Preconditions{UID: uid}, true, func(sb *shoalv1.Sandbox) error {
+func (s *Store) mark(ctx context.Context, ws, name, uid string, start *cached[*shoalv1.Sandbox]) (*shoalv1.Sandbox, error) {
+	return s.updateSandbox(ctx, ws, name, Preconditions{UID: uid}, true, start, func(sb *shoalv1.Sandbox) error {
 		if sb.Meta.DeletionTimestamp != nil {
 			return nil
 		}
@@ -293,7 +304,7 @@ func (s *Store) PendingIntents(ctx context.Context) ([]Attachment, error) {
 // CompleteIntent marks the sandbox of a pending intent DELETING. A record
 // that is gone or has another uid is left alone.
 func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string) error {
-	_, err := s.mark(ctx, ws, name, uid)
+	_, err := s.mark(ctx, ws, name, uid, nil)
 	switch shoal.KindOf(err) {
 	case shoal.KindNotFound, shoal.KindConflict:
 		return nil

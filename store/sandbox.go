@@ -50,16 +50,19 @@ func (s *Store) GetSandbox(ctx context.Context, ws, name string) (*shoalv1.Sandb
 // A sandbox whose deletion was requested is frozen: UpdateSandbox fails with
 // FailedPrecondition, so nothing competes with its teardown.
 func (s *Store) UpdateSandbox(ctx context.Context, ws, name string, pre Preconditions, mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error) {
-	return s.updateSandbox(ctx, ws, name, pre, false, mutate)
+	return s.updateSandbox(ctx, ws, name, pre, false, nil, mutate)
 }
 
-func (s *Store) updateSandbox(ctx context.Context, ws, name string, pre Preconditions, deleting bool, mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error) {
+// updateSandbox is UpdateSandbox for the deletion protocol too (deleting
+// set), optionally starting from a state read in the caller's own Txn.
+func (s *Store) updateSandbox(ctx context.Context, ws, name string, pre Preconditions, deleting bool, start *cached[*shoalv1.Sandbox], mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error) {
 	return update(ctx, s, updateSpec[*shoalv1.Sandbox]{
+		start:    start,
 		codec:    sandboxCodec,
 		key:      s.k.sandbox(ws, name),
 		intent:   s.k.intent(ws, name),
 		deleting: deleting,
-		help:     func(ctx context.Context, uid string) error { _, err := s.mark(ctx, ws, name, uid); return err },
+		help:     func(ctx context.Context, uid string) error { _, err := s.mark(ctx, ws, name, uid, nil); return err },
 		pre:      pre,
 		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
 			if cur == nil {

@@ -85,7 +85,9 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 		cur, raw, rev = u.start.obj, u.start.raw, u.start.rev
 	}
 	intentSeen, intentUID := false, ""
-	if u.start == nil || u.intent != "" {
+	// A deletion-protocol write (deleting) ignores the intent, so a cached
+	// start needs no read; an ordinary write must see whether one exists.
+	if u.start == nil || (u.intent != "" && !u.deleting) {
 		ops := []clientv3.Op{clientv3.OpGet(u.key)}
 		if u.intent != "" {
 			ops = append(ops, clientv3.OpGet(u.intent))
