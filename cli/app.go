@@ -118,6 +118,15 @@ func (a *app) api() (shoalv1.ShoalClient, error) {
 	return a.client, nil
 }
 
+// dialArgs checks the positional argument count, then dials: the opening
+// of every command that takes fixed arguments.
+func (a *app) dialArgs(c *cli.Context, n int, names string) (shoalv1.ShoalClient, error) {
+	if err := exactArgs(c, n, names); err != nil {
+		return nil, err
+	}
+	return a.api()
+}
+
 func (a *app) versionCmd() *cli.Command {
 	return &cli.Command{
 		Name:  "version",

@@ -76,10 +76,7 @@ as an environment variable. Credentials are never shown again.
 				Usage:     "show a provider (credentials redacted)",
 				ArgsUsage: "NAME",
 				Action: func(c *cli.Context) error {
-					if err := exactArgs(c, 1, "NAME"); err != nil {
-						return err
-					}
-					api, err := a.api()
+					api, err := a.dialArgs(c, 1, "NAME")
 					if err != nil {
 						return err
 					}
@@ -94,10 +91,7 @@ as an environment variable. Credentials are never shown again.
 				Name:  "list",
 				Usage: "list providers",
 				Action: func(c *cli.Context) error {
-					if err := exactArgs(c, 0, "no arguments"); err != nil {
-						return err
-					}
-					api, err := a.api()
+					api, err := a.dialArgs(c, 0, "no arguments")
 					if err != nil {
 						return err
 					}

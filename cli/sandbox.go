@@ -100,10 +100,7 @@ func (a *app) sandboxGet() *cli.Command {
 		Usage:     "show a sandbox",
 		ArgsUsage: "NAME",
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 1, "NAME"); err != nil {
-				return err
-			}
-			api, err := a.api()
+			api, err := a.dialArgs(c, 1, "NAME")
 			if err != nil {
 				return err
 			}
@@ -124,10 +121,7 @@ func (a *app) sandboxList() *cli.Command {
 			&cli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "label `SELECTOR`: k=v,k!=v,k,!k"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 0, "no arguments"); err != nil {
-				return err
-			}
-			api, err := a.api()
+			api, err := a.dialArgs(c, 0, "no arguments")
 			if err != nil {
 				return err
 			}
@@ -293,10 +287,7 @@ func (a *app) sandboxLogs() *cli.Command {
 			&cli.IntFlag{Name: "tail", Usage: "only the last `N` lines"},
 		},
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 1, "NAME"); err != nil {
-				return err
-			}
-			api, err := a.api()
+			api, err := a.dialArgs(c, 1, "NAME")
 			if err != nil {
 				return err
 			}
@@ -362,10 +353,7 @@ func (a *app) sandboxAttach(attach bool) *cli.Command {
 detaching changes which providers the sandbox holds (and so whether they can be
 deleted), and applies to the container at its next start.`,
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 2, "NAME PROVIDER"); err != nil {
-				return err
-			}
-			api, err := a.api()
+			api, err := a.dialArgs(c, 2, "NAME PROVIDER")
 			if err != nil {
 				return err
 			}
