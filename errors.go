@@ -21,6 +21,8 @@ const (
 	KindInvalid                 // the request itself is malformed
 	KindUnavailable             // try again later (no leader, no Docker, ...)
 	KindGone                    // a watch asked for a compacted revision
+	KindResourceExhausted       // a per-node cap (open streams) is reached; retry later
+	KindDataLoss                // a stored record does not decode; delete it by name
 )
 
 // Sentinels for errors.Is. Every *Error matches the sentinel of its Kind.
@@ -32,6 +34,8 @@ var (
 	ErrInvalid            = &Error{Kind: KindInvalid, Msg: "invalid"}
 	ErrUnavailable        = &Error{Kind: KindUnavailable, Msg: "unavailable"}
 	ErrGone               = &Error{Kind: KindGone, Msg: "gone"}
+	ErrResourceExhausted  = &Error{Kind: KindResourceExhausted, Msg: "resource exhausted"}
+	ErrDataLoss           = &Error{Kind: KindDataLoss, Msg: "data loss"}
 )
 
 // Error is a typed error. Field names the offending request field for
@@ -57,7 +61,8 @@ func (e *Error) Is(target error) bool {
 
 func isSentinel(e *Error) bool {
 	switch e {
-	case ErrNotFound, ErrAlreadyExists, ErrConflict, ErrFailedPrecondition, ErrInvalid, ErrUnavailable, ErrGone:
+	case ErrNotFound, ErrAlreadyExists, ErrConflict, ErrFailedPrecondition, ErrInvalid, ErrUnavailable, ErrGone,
+		ErrResourceExhausted, ErrDataLoss:
 		return true
 	}
 	return false
@@ -85,6 +90,14 @@ func Unavailable(format string, a ...any) error {
 
 func Gone(format string, a ...any) error {
 	return &Error{Kind: KindGone, Msg: fmt.Sprintf(format, a...)}
+}
+
+func ResourceExhausted(format string, a ...any) error {
+	return &Error{Kind: KindResourceExhausted, Msg: fmt.Sprintf(format, a...)}
+}
+
+func DataLoss(format string, a ...any) error {
+	return &Error{Kind: KindDataLoss, Msg: fmt.Sprintf(format, a...)}
 }
 
 // Invalid reports a malformed request field. field is the request path,
@@ -129,6 +142,10 @@ func GRPCStatus(err error) error {
 		code = codes.Unavailable
 	case KindGone:
 		code = codes.OutOfRange
+	case KindResourceExhausted:
+		code = codes.ResourceExhausted
+	case KindDataLoss:
+		code = codes.DataLoss
 	default:
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):

@@ -218,35 +218,55 @@ func (s *Server) runningContainer(ctx context.Context, w, name string) (string, 
 	return id, nil
 }
 
-func (s *Server) Exec(ctx context.Context, req *shoalv1.ExecRequest) (*shoalv1.ExecResponse, error) {
+func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer) error {
 	if err := validateRef(req.Workspace, req.Name); err != nil {
-		return nil, err
+		return err
 	}
 	if len(req.Command) == 0 {
-		return nil, shoal.Invalid("command", "is required")
+		return shoal.Invalid("command", "is required")
 	}
 	if len(req.Command) > MaxCommandArgs {
-		return nil, shoal.Invalid("command", "%d arguments; at most %d are allowed", len(req.Command), MaxCommandArgs)
+		return shoal.Invalid("command", "%d arguments; at most %d are allowed", len(req.Command), MaxCommandArgs)
 	}
+	ctx := stream.Context()
 	id, err := s.runningContainer(ctx, req.Workspace, req.Name)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	res, err := s.cfg.Runtime.Exec(ctx, id, req.Command, req.Stdin)
+	send := func(c *shoalv1.ExecChunk) error { return stream.Send(c) }
+	code, err := s.cfg.Runtime.Exec(ctx, id, req.Command, req.Stdin,
+		&chunkWriter[*shoalv1.ExecChunk]{send: send, wrap: execChunk("stdout")},
+		&chunkWriter[*shoalv1.ExecChunk]{send: send, wrap: execChunk("stderr")})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	return &shoalv1.ExecResponse{Stdout: res.Stdout, Stderr: res.Stderr, ExitCode: int32(res.ExitCode)}, nil
+	return stream.Send(&shoalv1.ExecChunk{Exited: true, ExitCode: int32(code)})
 }
 
-type chunkWriter struct {
-	stream shoalv1.Shoal_LogsServer
-	name   string
+func execChunk(name string) func([]byte) *shoalv1.ExecChunk {
+	return func(b []byte) *shoalv1.ExecChunk { return &shoalv1.ExecChunk{Data: b, Stream: name} }
 }
 
-func (w chunkWriter) Write(p []byte) (int, error) {
-	if err := w.stream.Send(&shoalv1.LogsChunk{Data: append([]byte(nil), p...), Stream: w.name}); err != nil {
-		return 0, err
+func logsChunk(name string) func([]byte) *shoalv1.LogsChunk {
+	return func(b []byte) *shoalv1.LogsChunk { return &shoalv1.LogsChunk{Data: b, Stream: name} }
+}
+
+// MaxChunk bounds the data of one streamed output message.
+const MaxChunk = 64 << 10
+
+// chunkWriter sends what is written to it as stream messages of at most
+// MaxChunk bytes each.
+type chunkWriter[M any] struct {
+	send func(M) error
+	wrap func([]byte) M
+}
+
+func (w *chunkWriter[M]) Write(p []byte) (int, error) {
+	for off := 0; off < len(p); off += MaxChunk {
+		b := p[off:min(len(p), off+MaxChunk)]
+		if err := w.send(w.wrap(append([]byte(nil), b...))); err != nil {
+			return off, err
+		}
 	}
 	return len(p), nil
 }
@@ -263,7 +283,10 @@ func (s *Server) Logs(req *shoalv1.LogsRequest, stream shoalv1.Shoal_LogsServer)
 	if err != nil {
 		return err
 	}
-	return s.cfg.Runtime.Logs(ctx, id, req.Follow, int(req.TailLines), chunkWriter{stream, "stdout"}, chunkWriter{stream, "stderr"})
+	send := func(c *shoalv1.LogsChunk) error { return stream.Send(c) }
+	return s.cfg.Runtime.Logs(ctx, id, req.Follow, int(req.TailLines),
+		&chunkWriter[*shoalv1.LogsChunk]{send: send, wrap: logsChunk("stdout")},
+		&chunkWriter[*shoalv1.LogsChunk]{send: send, wrap: logsChunk("stderr")})
 }
 
 func (s *Server) AttachProvider(ctx context.Context, req *shoalv1.AttachProviderRequest) (*shoalv1.Sandbox, error) {
@@ -286,4 +309,4 @@ func (s *Server) DetachProvider(ctx context.Context, req *shoalv1.DetachProvider
 	return s.cfg.Store.DetachProvider(ctx, ws(req.Workspace), req.Name, req.Provider)
 }
 
-var _ io.Writer = chunkWriter{}
+var _ io.Writer = (*chunkWriter[*shoalv1.ExecChunk])(nil)

@@ -26,7 +26,7 @@ import (
 
 // Runtime is what the API needs of the node's container runtime.
 type Runtime interface {
-	Exec(ctx context.Context, id string, cmd []string, stdin []byte) (docker.ExecResult, error)
+	Exec(ctx context.Context, id string, cmd []string, stdin []byte, stdout, stderr io.Writer) (int, error)
 	Logs(ctx context.Context, id string, follow bool, tail int, stdout, stderr io.Writer) error
 }
 

@@ -263,14 +263,31 @@ shoal exits with the command's exit code.
 			if err != nil {
 				return err
 			}
-			resp, err := api.Exec(c.Context, &shoalv1.ExecRequest{Workspace: a.workspace, Name: c.Args().First(), Command: c.Args().Tail(), Stdin: in})
+			stream, err := api.Exec(c.Context, &shoalv1.ExecRequest{Workspace: a.workspace, Name: c.Args().First(), Command: c.Args().Tail(), Stdin: in})
 			if err != nil {
 				return err
 			}
-			a.stdout.Write(resp.Stdout)
-			a.stderr.Write(resp.Stderr)
-			if resp.ExitCode != 0 {
-				return &exitError{code: int(resp.ExitCode)}
+			var last *shoalv1.ExecChunk
+			err = recvAll(c.Context, stream.Recv, func(chunk *shoalv1.ExecChunk) error {
+				w := a.stdout
+				if chunk.Stream == "stderr" {
+					w = a.stderr
+				}
+				if chunk.Exited {
+					last = chunk
+					return nil
+				}
+				_, err := w.Write(chunk.Data)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			if last == nil {
+				return fmt.Errorf("exec: the stream ended before the command's exit code arrived; the command may still have run")
+			}
+			if last.ExitCode != 0 {
+				return &exitError{code: int(last.ExitCode)}
 			}
 			return nil
 		},

@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -221,29 +220,21 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (State, error) {
 	return State{Exists: true, Running: st.Running, Status: string(st.Status), ExitCode: st.ExitCode, OOM: st.OOMKilled, Error: st.Error}, nil
 }
 
-// ExecResult is the outcome of a command run in a container.
-type ExecResult struct {
-	Stdout, Stderr []byte
-	ExitCode       int
-}
-
-// MaxExecOutput bounds what Exec keeps of each stream.
-const MaxExecOutput = 4 << 20
-
-// Exec runs cmd in the container and returns its output and exit code.
-func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin []byte) (ExecResult, error) {
+// Exec runs cmd in the container, copying its output to stdout and stderr
+// as it is produced, and returns its exit code.
+func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin []byte, stdout, stderr io.Writer) (int, error) {
 	ex, err := r.cli.ContainerExecCreate(ctx, id, container.ExecOptions{
 		Cmd: cmd, AttachStdout: true, AttachStderr: true, AttachStdin: len(stdin) > 0,
 	})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
-			return ExecResult{}, shoal.FailedPrecondition("container is not running: %v", err)
+			return 0, shoal.FailedPrecondition("container is not running: %v", err)
 		}
-		return ExecResult{}, fmt.Errorf("exec create: %w", err)
+		return 0, fmt.Errorf("exec create: %w", err)
 	}
 	att, err := r.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return ExecResult{}, fmt.Errorf("exec attach: %w", err)
+		return 0, fmt.Errorf("exec attach: %w", err)
 	}
 	defer att.Close()
 	if len(stdin) > 0 {
@@ -253,28 +244,14 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin []byt
 			_ = att.CloseWrite()
 		}()
 	}
-	var out, errb limitedBuffer
-	out.max, errb.max = MaxExecOutput, MaxExecOutput
-	if _, err := stdcopy.StdCopy(&out, &errb, att.Reader); err != nil {
-		return ExecResult{}, fmt.Errorf("exec output: %w", err)
+	if _, err := stdcopy.StdCopy(stdout, stderr, att.Reader); err != nil {
+		return 0, fmt.Errorf("exec output: %w", err)
 	}
 	ins, err := r.cli.ContainerExecInspect(ctx, ex.ID)
 	if err != nil {
-		return ExecResult{}, fmt.Errorf("exec inspect: %w", err)
+		return 0, fmt.Errorf("exec inspect: %w", err)
 	}
-	return ExecResult{Stdout: out.Bytes(), Stderr: errb.Bytes(), ExitCode: ins.ExitCode}, nil
-}
-
-type limitedBuffer struct {
-	bytes.Buffer
-	max int
-}
-
-func (b *limitedBuffer) Write(p []byte) (int, error) {
-	if room := b.max - b.Len(); room > 0 {
-		b.Buffer.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
+	return ins.ExitCode, nil
 }
 
 // Logs copies the container's output to stdout and stderr until it ends

@@ -11,6 +11,8 @@
 //	<prefix>/release/<workspace>/<provider>/<sandbox>   attachment held by a DELETING sandbox
 //	<prefix>/deleting/<workspace>/<name>                deletion intent of a sandbox, value = uid
 //	<prefix>/leader/                                    leader election (package lease)
+//	<prefix>/cluster/id                                 the cluster id (hex), made once
+//	<prefix>/cluster/page-token-secret                  HMAC key of page tokens (hex), made once
 //
 // Values are deterministic protobuf encodings with meta.resource_version
 // cleared: the resource version of an object IS the ModRevision of its key,

@@ -29,6 +29,11 @@ func (k keys) release(ws, provider, sandbox string) string {
 // intent is the pending-deletion key of a sandbox (see deletion.go).
 func (k keys) intent(ws, name string) string { return k.prefix + "/deleting/" + ws + "/" + name }
 
+// clusterID holds the cluster's id; pageTokenSecret the key that signs page
+// tokens. Both are made once per cluster (cluster.go).
+func (k keys) clusterID() string       { return k.prefix + "/cluster/id" }
+func (k keys) pageTokenSecret() string { return k.prefix + "/cluster/page-token-secret" }
+
 // Leader is the election prefix used by package lease.
 func (k keys) leader() string { return k.prefix + "/leader/" }
 

@@ -35,8 +35,12 @@ const (
 	SandboxPhase_PROVISIONING              SandboxPhase = 1
 	SandboxPhase_READY                     SandboxPhase = 2
 	SandboxPhase_ERROR                     SandboxPhase = 3
-	SandboxPhase_STOPPED                   SandboxPhase = 4
-	SandboxPhase_DELETING                  SandboxPhase = 5
+	// The container's command exited; status.exit_code says how.
+	SandboxPhase_STOPPED  SandboxPhase = 4
+	SandboxPhase_DELETING SandboxPhase = 5
+	// The container exists but is paused (docker pause): it runs nothing and
+	// exec fails until it is unpaused.
+	SandboxPhase_PAUSED SandboxPhase = 6
 )
 
 // Enum value maps for SandboxPhase.
@@ -48,6 +52,7 @@ var (
 		3: "ERROR",
 		4: "STOPPED",
 		5: "DELETING",
+		6: "PAUSED",
 	}
 	SandboxPhase_value = map[string]int32{
 		"SANDBOX_PHASE_UNSPECIFIED": 0,
@@ -56,6 +61,7 @@ var (
 		"ERROR":                     3,
 		"STOPPED":                   4,
 		"DELETING":                  5,
+		"PAUSED":                    6,
 	}
 )
 
@@ -888,9 +894,12 @@ type ListSandboxesRequest struct {
 	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	// Comma-separated k=v, k!=v, k or !k terms, all of which must hold.
 	LabelSelector string `protobuf:"bytes,2,opt,name=label_selector,json=labelSelector,proto3" json:"label_selector,omitempty"`
-	// Maximum number of items; 0 means the server default (500).
+	// Maximum number of items; 0 means the server default (500). A page
+	// also ends early once it holds about 2 MiB, so it always fits a response.
 	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	// Opaque token from a previous response's next_page_token.
+	// Opaque token from a previous response's next_page_token. It is signed
+	// and bound to this request's workspace and selector: a token that was
+	// altered, or is replayed with other parameters, is INVALID_ARGUMENT.
 	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -960,8 +969,11 @@ type ListSandboxesResponse struct {
 	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	// The etcd revision the list was read at. Watch from here to follow on.
 	ResourceVersion int64 `protobuf:"varint,3,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Problems that did not stop the list, one line each: a stored record
+	// that does not decode is skipped and named here (delete it by name).
+	Warnings      []string `protobuf:"bytes,4,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListSandboxesResponse) Reset() {
@@ -1013,6 +1025,13 @@ func (x *ListSandboxesResponse) GetResourceVersion() int64 {
 		return x.ResourceVersion
 	}
 	return 0
+}
+
+func (x *ListSandboxesResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
 }
 
 type UpdateSandboxRequest struct {
@@ -1420,29 +1439,33 @@ func (x *ExecRequest) GetStdin() []byte {
 	return nil
 }
 
-type ExecResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stdout        []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+type ExecChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Output bytes, at most 64 KiB a chunk.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// "stdout" or "stderr" for output chunks; empty on the final chunk.
+	Stream string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// Set on the last chunk only: the command has exited with exit_code.
+	Exited        bool  `protobuf:"varint,3,opt,name=exited,proto3" json:"exited,omitempty"`
+	ExitCode      int32 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *ExecResponse) Reset() {
-	*x = ExecResponse{}
+func (x *ExecChunk) Reset() {
+	*x = ExecChunk{}
 	mi := &file_shoal_v1_shoal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ExecResponse) String() string {
+func (x *ExecChunk) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ExecResponse) ProtoMessage() {}
+func (*ExecChunk) ProtoMessage() {}
 
-func (x *ExecResponse) ProtoReflect() protoreflect.Message {
+func (x *ExecChunk) ProtoReflect() protoreflect.Message {
 	mi := &file_shoal_v1_shoal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -1454,26 +1477,33 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
-func (*ExecResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use ExecChunk.ProtoReflect.Descriptor instead.
+func (*ExecChunk) Descriptor() ([]byte, []int) {
 	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{18}
 }
 
-func (x *ExecResponse) GetStdout() []byte {
+func (x *ExecChunk) GetData() []byte {
 	if x != nil {
-		return x.Stdout
+		return x.Data
 	}
 	return nil
 }
 
-func (x *ExecResponse) GetStderr() []byte {
+func (x *ExecChunk) GetStream() string {
 	if x != nil {
-		return x.Stderr
+		return x.Stream
 	}
-	return nil
+	return ""
 }
 
-func (x *ExecResponse) GetExitCode() int32 {
+func (x *ExecChunk) GetExited() bool {
+	if x != nil {
+		return x.Exited
+	}
+	return false
+}
+
+func (x *ExecChunk) GetExitCode() int32 {
 	if x != nil {
 		return x.ExitCode
 	}
@@ -1883,8 +1913,10 @@ type ListProvidersResponse struct {
 	Items           []*Provider            `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
 	NextPageToken   string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	ResourceVersion int64                  `protobuf:"varint,3,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// As in ListSandboxesResponse.
+	Warnings      []string `protobuf:"bytes,4,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListProvidersResponse) Reset() {
@@ -1936,6 +1968,13 @@ func (x *ListProvidersResponse) GetResourceVersion() int64 {
 		return x.ResourceVersion
 	}
 	return 0
+}
+
+func (x *ListProvidersResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
 }
 
 type UpdateProviderRequest struct {
@@ -2220,11 +2259,12 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x0elabel_selector\x18\x02 \x01(\tR\rlabelSelector\x12\x1b\n" +
 	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x04 \x01(\tR\tpageToken\"\x93\x01\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xaf\x01\n" +
 	"\x15ListSandboxesResponse\x12'\n" +
 	"\x05items\x18\x01 \x03(\v2\x11.shoal.v1.SandboxR\x05items\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12)\n" +
-	"\x10resource_version\x18\x03 \x01(\x03R\x0fresourceVersion\"\xf3\x03\n" +
+	"\x10resource_version\x18\x03 \x01(\x03R\x0fresourceVersion\x12\x1a\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\xf3\x03\n" +
 	"\x14UpdateSandboxRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12L\n" +
@@ -2260,11 +2300,12 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\acommand\x18\x03 \x03(\tR\acommand\x12\x14\n" +
-	"\x05stdin\x18\x04 \x01(\fR\x05stdin\"[\n" +
-	"\fExecResponse\x12\x16\n" +
-	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
-	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12\x1b\n" +
-	"\texit_code\x18\x03 \x01(\x05R\bexitCode\"v\n" +
+	"\x05stdin\x18\x04 \x01(\fR\x05stdin\"l\n" +
+	"\tExecChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x16\n" +
+	"\x06exited\x18\x03 \x01(\bR\x06exited\x12\x1b\n" +
+	"\texit_code\x18\x04 \x01(\x05R\bexitCode\"v\n" +
 	"\vLogsRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -2291,11 +2332,12 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\x94\x01\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xb0\x01\n" +
 	"\x15ListProvidersResponse\x12(\n" +
 	"\x05items\x18\x01 \x03(\v2\x12.shoal.v1.ProviderR\x05items\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12)\n" +
-	"\x10resource_version\x18\x03 \x01(\x03R\x0fresourceVersion\"\xeb\x01\n" +
+	"\x10resource_version\x18\x03 \x01(\x03R\x0fresourceVersion\x12\x1a\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\xeb\x01\n" +
 	"\x15UpdateProviderRequest\x12.\n" +
 	"\bprovider\x18\x01 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\x12-\n" +
 	"\x12update_credentials\x18\x02 \x01(\bR\x11updateCredentials\x12#\n" +
@@ -2309,14 +2351,16 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\rpreconditions\x18\x04 \x01(\v2\x17.shoal.v1.PreconditionsR\rpreconditions\"b\n" +
 	"\x16DeleteProviderResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x01(\bR\adeleted\x12.\n" +
-	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider*p\n" +
+	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider*|\n" +
 	"\fSandboxPhase\x12\x1d\n" +
 	"\x19SANDBOX_PHASE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPROVISIONING\x10\x01\x12\t\n" +
 	"\x05READY\x10\x02\x12\t\n" +
 	"\x05ERROR\x10\x03\x12\v\n" +
 	"\aSTOPPED\x10\x04\x12\f\n" +
-	"\bDELETING\x10\x05*m\n" +
+	"\bDELETING\x10\x05\x12\n" +
+	"\n" +
+	"\x06PAUSED\x10\x06*m\n" +
 	"\fProviderType\x12\x1d\n" +
 	"\x19PROVIDER_TYPE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -2331,7 +2375,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ADDED\x10\x01\x12\f\n" +
 	"\bMODIFIED\x10\x02\x12\v\n" +
-	"\aDELETED\x10\x032\xab\b\n" +
+	"\aDELETED\x10\x032\xaa\b\n" +
 	"\x05Shoal\x12B\n" +
 	"\rCreateSandbox\x12\x1e.shoal.v1.CreateSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12<\n" +
 	"\n" +
@@ -2339,8 +2383,8 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\rListSandboxes\x12\x1e.shoal.v1.ListSandboxesRequest\x1a\x1f.shoal.v1.ListSandboxesResponse\x12B\n" +
 	"\rUpdateSandbox\x12\x1e.shoal.v1.UpdateSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12P\n" +
 	"\rDeleteSandbox\x12\x1e.shoal.v1.DeleteSandboxRequest\x1a\x1f.shoal.v1.DeleteSandboxResponse\x12I\n" +
-	"\x0eWatchSandboxes\x12\x1f.shoal.v1.WatchSandboxesRequest\x1a\x14.shoal.v1.WatchEvent0\x01\x125\n" +
-	"\x04Exec\x12\x15.shoal.v1.ExecRequest\x1a\x16.shoal.v1.ExecResponse\x124\n" +
+	"\x0eWatchSandboxes\x12\x1f.shoal.v1.WatchSandboxesRequest\x1a\x14.shoal.v1.WatchEvent0\x01\x124\n" +
+	"\x04Exec\x12\x15.shoal.v1.ExecRequest\x1a\x13.shoal.v1.ExecChunk0\x01\x124\n" +
 	"\x04Logs\x12\x15.shoal.v1.LogsRequest\x1a\x13.shoal.v1.LogsChunk0\x01\x12D\n" +
 	"\x0eAttachProvider\x12\x1f.shoal.v1.AttachProviderRequest\x1a\x11.shoal.v1.Sandbox\x12D\n" +
 	"\x0eDetachProvider\x12\x1f.shoal.v1.DetachProviderRequest\x1a\x11.shoal.v1.Sandbox\x12E\n" +
@@ -2386,7 +2430,7 @@ var file_shoal_v1_shoal_proto_goTypes = []any{
 	(*WatchSandboxesRequest)(nil),  // 18: shoal.v1.WatchSandboxesRequest
 	(*WatchEvent)(nil),             // 19: shoal.v1.WatchEvent
 	(*ExecRequest)(nil),            // 20: shoal.v1.ExecRequest
-	(*ExecResponse)(nil),           // 21: shoal.v1.ExecResponse
+	(*ExecChunk)(nil),              // 21: shoal.v1.ExecChunk
 	(*LogsRequest)(nil),            // 22: shoal.v1.LogsRequest
 	(*LogsChunk)(nil),              // 23: shoal.v1.LogsChunk
 	(*AttachProviderRequest)(nil),  // 24: shoal.v1.AttachProviderRequest
@@ -2458,7 +2502,7 @@ var file_shoal_v1_shoal_proto_depIdxs = []int32{
 	8,  // 47: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
 	17, // 48: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
 	19, // 49: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	21, // 50: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecResponse
+	21, // 50: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
 	23, // 51: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
 	8,  // 52: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
 	8,  // 53: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox

@@ -52,7 +52,10 @@ type ShoalClient interface {
 	UpdateSandbox(ctx context.Context, in *UpdateSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
 	DeleteSandbox(ctx context.Context, in *DeleteSandboxRequest, opts ...grpc.CallOption) (*DeleteSandboxResponse, error)
 	WatchSandboxes(ctx context.Context, in *WatchSandboxesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
-	Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (*ExecResponse, error)
+	// Exec streams the command's output in chunks as it is produced (no cap
+	// on the total) and ends with one chunk that carries the exit code. The
+	// process is killed when the call ends early (client gone or cancelled).
+	Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecChunk], error)
 	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error)
 	AttachProvider(ctx context.Context, in *AttachProviderRequest, opts ...grpc.CallOption) (*Sandbox, error)
 	DetachProvider(ctx context.Context, in *DetachProviderRequest, opts ...grpc.CallOption) (*Sandbox, error)
@@ -140,19 +143,28 @@ func (c *shoalClient) WatchSandboxes(ctx context.Context, in *WatchSandboxesRequ
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Shoal_WatchSandboxesClient = grpc.ServerStreamingClient[WatchEvent]
 
-func (c *shoalClient) Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (*ExecResponse, error) {
+func (c *shoalClient) Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ExecResponse)
-	err := c.cc.Invoke(ctx, Shoal_Exec_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Shoal_ServiceDesc.Streams[1], Shoal_Exec_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[ExecRequest, ExecChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shoal_ExecClient = grpc.ServerStreamingClient[ExecChunk]
 
 func (c *shoalClient) Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Shoal_ServiceDesc.Streams[1], Shoal_Logs_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Shoal_ServiceDesc.Streams[2], Shoal_Logs_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +261,10 @@ type ShoalServer interface {
 	UpdateSandbox(context.Context, *UpdateSandboxRequest) (*Sandbox, error)
 	DeleteSandbox(context.Context, *DeleteSandboxRequest) (*DeleteSandboxResponse, error)
 	WatchSandboxes(*WatchSandboxesRequest, grpc.ServerStreamingServer[WatchEvent]) error
-	Exec(context.Context, *ExecRequest) (*ExecResponse, error)
+	// Exec streams the command's output in chunks as it is produced (no cap
+	// on the total) and ends with one chunk that carries the exit code. The
+	// process is killed when the call ends early (client gone or cancelled).
+	Exec(*ExecRequest, grpc.ServerStreamingServer[ExecChunk]) error
 	Logs(*LogsRequest, grpc.ServerStreamingServer[LogsChunk]) error
 	AttachProvider(context.Context, *AttachProviderRequest) (*Sandbox, error)
 	DetachProvider(context.Context, *DetachProviderRequest) (*Sandbox, error)
@@ -286,8 +301,8 @@ func (UnimplementedShoalServer) DeleteSandbox(context.Context, *DeleteSandboxReq
 func (UnimplementedShoalServer) WatchSandboxes(*WatchSandboxesRequest, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Errorf(codes.Unimplemented, "method WatchSandboxes not implemented")
 }
-func (UnimplementedShoalServer) Exec(context.Context, *ExecRequest) (*ExecResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method Exec not implemented")
+func (UnimplementedShoalServer) Exec(*ExecRequest, grpc.ServerStreamingServer[ExecChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method Exec not implemented")
 }
 func (UnimplementedShoalServer) Logs(*LogsRequest, grpc.ServerStreamingServer[LogsChunk]) error {
 	return status.Errorf(codes.Unimplemented, "method Logs not implemented")
@@ -435,23 +450,16 @@ func _Shoal_WatchSandboxes_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Shoal_WatchSandboxesServer = grpc.ServerStreamingServer[WatchEvent]
 
-func _Shoal_Exec_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ExecRequest)
-	if err := dec(in); err != nil {
-		return nil, err
+func _Shoal_Exec_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExecRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
 	}
-	if interceptor == nil {
-		return srv.(ShoalServer).Exec(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Shoal_Exec_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ShoalServer).Exec(ctx, req.(*ExecRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+	return srv.(ShoalServer).Exec(m, &grpc.GenericServerStream[ExecRequest, ExecChunk]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shoal_ExecServer = grpc.ServerStreamingServer[ExecChunk]
 
 func _Shoal_Logs_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(LogsRequest)
@@ -618,10 +626,6 @@ var Shoal_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Shoal_DeleteSandbox_Handler,
 		},
 		{
-			MethodName: "Exec",
-			Handler:    _Shoal_Exec_Handler,
-		},
-		{
 			MethodName: "AttachProvider",
 			Handler:    _Shoal_AttachProvider_Handler,
 		},
@@ -654,6 +658,11 @@ var Shoal_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchSandboxes",
 			Handler:       _Shoal_WatchSandboxes_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Exec",
+			Handler:       _Shoal_Exec_Handler,
 			ServerStreams: true,
 		},
 		{
