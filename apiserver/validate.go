@@ -26,6 +26,10 @@ const (
 	MaxPageSize       = 1000
 	// MaxRequestBytes bounds any single request message.
 	MaxRequestBytes = 4 << 20
+	// MaxResponseBytes bounds any single response or stream message the
+	// server sends; clients set their receive limit to it. List pages and
+	// output chunks are cut well below it.
+	MaxResponseBytes = 8 << 20
 )
 
 var (
