@@ -36,11 +36,16 @@ func (s *Server) ListProviders(ctx context.Context, req *shoalv1.ListProvidersRe
 	if err := validPageSize(req.PageSize); err != nil {
 		return nil, err
 	}
-	o, err := decodeToken(req.PageToken, pageLimit(req.PageSize))
+	ref := listRef{Kind: "providers", Workspace: ws(req.Workspace)}
+	o, err := s.tokens.decode(ctx, req.PageToken, ref, listOptions(req.PageSize))
 	if err != nil {
 		return nil, err
 	}
-	page, err := s.cfg.Store.ListProviders(ctx, ws(req.Workspace), o, nil)
+	page, err := s.cfg.Store.ListProviders(ctx, ref.Workspace, o, nil)
+	if err != nil {
+		return nil, err
+	}
+	next, err := s.tokens.encode(ctx, ref, page.Next)
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +53,7 @@ func (s *Server) ListProviders(ctx context.Context, req *shoalv1.ListProvidersRe
 	for i, p := range page.Items {
 		items[i] = redact(p)
 	}
-	return &shoalv1.ListProvidersResponse{Items: items, NextPageToken: encodeToken(page.Next), ResourceVersion: page.Revision}, nil
+	return &shoalv1.ListProvidersResponse{Items: items, NextPageToken: next, ResourceVersion: page.Revision, Warnings: page.Warnings}, nil
 }
 
 func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProviderRequest) (*shoalv1.Provider, error) {

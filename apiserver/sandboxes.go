@@ -76,17 +76,22 @@ func (s *Server) ListSandboxes(ctx context.Context, req *shoalv1.ListSandboxesRe
 	if err != nil {
 		return nil, err
 	}
-	o, err := decodeToken(req.PageToken, pageLimit(req.PageSize))
+	ref := listRef{Kind: "sandboxes", Workspace: ws(req.Workspace), Selector: req.LabelSelector}
+	o, err := s.tokens.decode(ctx, req.PageToken, ref, listOptions(req.PageSize))
 	if err != nil {
 		return nil, err
 	}
-	page, err := s.cfg.Store.ListSandboxes(ctx, ws(req.Workspace), o, func(sb *shoalv1.Sandbox) bool {
+	page, err := s.cfg.Store.ListSandboxes(ctx, ref.Workspace, o, func(sb *shoalv1.Sandbox) bool {
 		return sel.matches(sb.GetMeta().GetLabels())
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &shoalv1.ListSandboxesResponse{Items: page.Items, NextPageToken: encodeToken(page.Next), ResourceVersion: page.Revision}, nil
+	next, err := s.tokens.encode(ctx, ref, page.Next)
+	if err != nil {
+		return nil, err
+	}
+	return &shoalv1.ListSandboxesResponse{Items: page.Items, NextPageToken: next, ResourceVersion: page.Revision, Warnings: page.Warnings}, nil
 }
 
 func (s *Server) UpdateSandbox(ctx context.Context, req *shoalv1.UpdateSandboxRequest) (*shoalv1.Sandbox, error) {

@@ -2,8 +2,6 @@ package apiserver
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -48,8 +46,9 @@ type Config struct {
 // Server implements shoal.v1.Shoal.
 type Server struct {
 	shoalv1.UnimplementedShoalServer
-	cfg Config
-	log *slog.Logger
+	cfg    Config
+	log    *slog.Logger
+	tokens *tokenSigner
 }
 
 var _ shoalv1.ShoalServer = (*Server)(nil)
@@ -68,7 +67,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("shoal/apiserver")
 	}
-	return &Server{cfg: cfg, log: cfg.Logger.With("subsystem", "api")}, nil
+	return &Server{cfg: cfg, log: cfg.Logger.With("subsystem", "api"), tokens: &tokenSigner{st: cfg.Store}}, nil
 }
 
 // ServerOptions are the grpc.Server options the service expects: the
@@ -127,35 +126,12 @@ func ws(w string) string {
 	return w
 }
 
-// pageToken is the opaque continuation of a paged list.
-type pageToken struct {
-	After    string `json:"a"`
-	Revision int64  `json:"r"`
-}
+// MaxListPageBytes ends a list page early: with objects of at most
+// store.MaxStoredBytes, a page stays far below MaxResponseBytes.
+const MaxListPageBytes = 2 << 20
 
-func encodeToken(o *store.ListOptions) string {
-	if o == nil {
-		return ""
-	}
-	b, _ := json.Marshal(pageToken{After: o.After, Revision: o.Revision})
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeToken(tok string, limit int64) (store.ListOptions, error) {
-	o := store.ListOptions{Limit: limit}
-	if tok == "" {
-		return o, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(tok)
-	var pt pageToken
-	if err == nil {
-		err = json.Unmarshal(b, &pt)
-	}
-	if err != nil || pt.Revision <= 0 {
-		return o, shoal.Invalid("page_token", "is not a token from a previous response")
-	}
-	o.After, o.Revision = pt.After, pt.Revision
-	return o, nil
+func listOptions(n int32) store.ListOptions {
+	return store.ListOptions{Limit: pageLimit(n), MaxBytes: MaxListPageBytes}
 }
 
 func pageLimit(n int32) int64 {

@@ -153,7 +153,7 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 				q.Add(task{ws: p.Meta.Workspace, name: p.Meta.Name, provider: true})
 			}
 		case <-tick.C:
-			c.resync(ctx, q)
+			c.resync(ctx, fence, q)
 		}
 	}
 }
@@ -162,14 +162,20 @@ func sandboxTask(sb *shoalv1.Sandbox) task {
 	return task{ws: sb.Meta.Workspace, name: sb.Meta.Name, uid: sb.Meta.Uid, providers: sb.GetSpec().GetProviders()}
 }
 
-func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) {
-	// Roll forward deletions whose deleter died between intent and mark.
-	if pending, err := c.cfg.Store.PendingIntents(ctx); err == nil {
-		for _, p := range pending {
-			if err := c.cfg.Store.CompleteIntent(ctx, p.Workspace, p.Sandbox, p.UID); err != nil && ctx.Err() == nil {
+func (c *Coordinator) resync(ctx context.Context, fence *store.Fence, q *workqueue.Queue[task]) {
+	// Roll forward deletions whose deleter died between intent and mark;
+	// remove intents that match no record.
+	if intents, err := c.cfg.Store.Intents(ctx); err == nil {
+		for _, p := range intents {
+			if _, err := c.cfg.Store.CompleteIntent(ctx, p.Workspace, p.Sandbox, p.UID, fence); err != nil && ctx.Err() == nil {
 				c.log.Warn("resync: complete deletion intent", "sandbox", p.Sandbox, "err", err)
 			}
 		}
+	}
+	// Attachment keys of sandboxes that do not exist would block their
+	// providers' deletion forever.
+	if _, err := c.cfg.Store.CollectAttachments(ctx, fence); err != nil && ctx.Err() == nil {
+		c.log.Warn("resync: collect stray attachment keys", "err", err)
 	}
 	page, err := c.cfg.Store.ListSandboxes(ctx, "", store.ListOptions{}, func(sb *shoalv1.Sandbox) bool {
 		return sb.GetMeta().GetDeletionTimestamp() != nil

@@ -25,6 +25,9 @@ type Config struct {
 	AutoCompactionRetention time.Duration
 	// StartTimeout bounds how long Start waits for the member to serve.
 	StartTimeout time.Duration
+	// MaxRequestBytes is the member's --max-request-bytes. shoal's
+	// store sizes its objects for it (store.MinEtcdRequestBytes).
+	MaxRequestBytes uint
 	// UnsafeNoFsync skips fsync: for tests only, where a crash loses nothing
 	// that matters.
 	UnsafeNoFsync bool
@@ -39,8 +42,14 @@ func DefaultConfig(dataDir string) Config {
 		ListenPeer:              "http://127.0.0.1:2380",
 		AutoCompactionRetention: time.Hour,
 		StartTimeout:            60 * time.Second,
+		MaxRequestBytes:         MaxRequestBytes,
 	}
 }
+
+// MaxRequestBytes is etcd's own default request limit, set explicitly so
+// that the size budget the store relies on does not move with etcd's
+// defaults.
+const MaxRequestBytes = 3 << 19 // 1.5 MiB
 
 // Validate reports the first bad field.
 func (c Config) Validate() error {
@@ -80,6 +89,10 @@ func Start(cfg Config) (*Server, error) {
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = cfg.AutoCompactionRetention.String()
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	ec.MaxRequestBytes = cfg.MaxRequestBytes
+	if ec.MaxRequestBytes == 0 {
+		ec.MaxRequestBytes = MaxRequestBytes
+	}
 	ec.LogLevel = "error"
 	ec.Logger = "zap"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())

@@ -1,11 +1,13 @@
 package store
 
 import (
-	"fmt"
+	"strings"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
 
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 )
 
@@ -29,7 +31,9 @@ var (
 var marshal = proto.MarshalOptions{Deterministic: true}
 
 // encode returns the stored bytes of obj: deterministic, with the resource
-// version cleared so that it stays the key's ModRevision only.
+// version cleared so that it stays the key's ModRevision only. An object
+// over MaxStoredBytes is refused: the worst transaction the store builds
+// for it would no longer fit etcd's request limit (see limits.go).
 func (c codec[T]) encode(obj T) ([]byte, error) {
 	m := obj.GetMeta()
 	rv := m.GetResourceVersion()
@@ -37,21 +41,63 @@ func (c codec[T]) encode(obj T) ([]byte, error) {
 		m.ResourceVersion = 0
 		defer func() { m.ResourceVersion = rv }()
 	}
-	return marshal.Marshal(obj)
+	b, err := marshal.Marshal(obj)
+	if err != nil {
+		return nil, shoal.Invalid(c.kind, "cannot be encoded: %v", err)
+	}
+	if len(b) > MaxStoredBytes {
+		return nil, shoal.Invalid(c.kind, "%s %q would be %d bytes stored; at most %d are allowed", c.kind, m.GetName(), len(b), MaxStoredBytes)
+	}
+	return b, nil
 }
 
+// decode reads a stored object. A value that does not decode, or whose
+// name does not match its key, is a *shoal.Error of KindDataLoss naming
+// the key: the record is corrupt and can only be deleted.
 func (c codec[T]) decode(kv *mvccpb.KeyValue) (T, error) {
 	obj := c.newObj()
+	var zero T
 	if err := proto.Unmarshal(kv.Value, obj); err != nil {
-		var zero T
-		return zero, fmt.Errorf("decode %s at %s: %w", c.kind, kv.Key, err)
+		return zero, c.corrupt(kv, err.Error())
 	}
 	if obj.GetMeta() == nil {
 		// Keep every object's meta non-nil for callers.
 		setMeta(obj, &shoalv1.ObjectMeta{})
 	}
+	ws, name := keyRef(string(kv.Key))
+	if m := obj.GetMeta(); m.GetName() != name || m.GetWorkspace() != ws || m.GetUid() == "" {
+		return zero, c.corrupt(kv, "its meta does not match its key")
+	}
 	obj.GetMeta().ResourceVersion = kv.ModRevision
 	return obj, nil
+}
+
+func (c codec[T]) corrupt(kv *mvccpb.KeyValue, why string) error {
+	ws, name := keyRef(string(kv.Key))
+	return shoal.DataLoss("%s %q in workspace %q is corrupt in etcd (key %s, revision %d: %s); it can only be deleted: `shoal %s delete %s -w %s`",
+		c.kind, name, ws, kv.Key, kv.ModRevision, why, c.kind, name, ws)
+}
+
+// stub is what is known of a corrupt record: its name and workspace, from
+// its key. Watchers get it in the DELETED event of such a record.
+func (c codec[T]) stub(key string, rev int64) T {
+	obj := c.newObj()
+	ws, name := keyRef(key)
+	setMeta(obj, &shoalv1.ObjectMeta{Name: name, Workspace: ws, ResourceVersion: rev})
+	return obj
+}
+
+// keyRef splits <prefix>/<kind>/<ws>/<name> into ws and name.
+func keyRef(key string) (ws, name string) {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return "", key
+	}
+	name, key = key[i+1:], key[:i]
+	if j := strings.LastIndexByte(key, '/'); j >= 0 {
+		ws = key[j+1:]
+	}
+	return ws, name
 }
 
 func setMeta(obj proto.Message, m *shoalv1.ObjectMeta) {
@@ -61,4 +107,39 @@ func setMeta(obj proto.Message, m *shoalv1.ObjectMeta) {
 	case *shoalv1.Provider:
 		o.Meta = m
 	}
+}
+
+// corruptLog reports each corrupt record once per revision, so a list or
+// watch that skips it again and again does not flood the log.
+type corruptLog struct {
+	mu   sync.Mutex
+	seen map[string]int64 // key → ModRevision reported
+	n    int64
+}
+
+// report logs err unless this key at this revision was reported already.
+func (s *Store) report(key string, rev int64, err error) {
+	s.corrupt.mu.Lock()
+	if s.corrupt.seen == nil {
+		s.corrupt.seen = map[string]int64{}
+	}
+	if s.corrupt.seen[key] == rev {
+		s.corrupt.mu.Unlock()
+		return
+	}
+	if len(s.corrupt.seen) > 10000 {
+		clear(s.corrupt.seen) // bounded memory; a re-report is harmless
+	}
+	s.corrupt.seen[key] = rev
+	s.corrupt.n++
+	s.corrupt.mu.Unlock()
+	s.log.Warn("skipping corrupt record", "key", key, "revision", rev, "err", err)
+}
+
+// CorruptRecordsSeen counts the distinct corrupt records (key and
+// revision) this store has met in lists and watches.
+func (s *Store) CorruptRecordsSeen() int64 {
+	s.corrupt.mu.Lock()
+	defer s.corrupt.mu.Unlock()
+	return s.corrupt.n
 }

@@ -67,6 +67,14 @@ func (s *Store) MarkSandboxDeleting(ctx context.Context, ws, name string, pre Pr
 		}
 		kv := resp.Kvs[0]
 		cur, err := sandboxCodec.decode(kv)
+		if shoal.KindOf(err) == shoal.KindDataLoss {
+			sb, err := s.removeCorruptSandbox(ctx, ws, name, kv, pre)
+			if err != errRetry {
+				return sb, err
+			}
+			resp, err = s.c.Get(ctx, key)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -169,8 +177,35 @@ var errGone = shoal.NotFound("already removed")
 
 // DeleteProvider deletes a provider no live sandbox uses. If only DELETING
 // sandboxes still hold it, it is marked terminating and deleted=false; the
-// coordinator removes it when the last one is gone.
+// coordinator removes it when the last one is gone. A corrupt provider
+// record is removed at once under the same rule (corrupt.go).
 func (s *Store) DeleteProvider(ctx context.Context, ws, name string, pre Preconditions) (deleted bool, p *shoalv1.Provider, err error) {
+	for {
+		deleted, p, err = s.deleteProvider(ctx, ws, name, pre)
+		if shoal.KindOf(err) != shoal.KindDataLoss {
+			return deleted, p, err
+		}
+		resp, gerr := s.c.Get(ctx, s.k.provider(ws, name))
+		if gerr != nil {
+			return false, nil, etcdErr(ctx, gerr)
+		}
+		if len(resp.Kvs) == 0 {
+			continue // removed meanwhile: the next round reports NotFound
+		}
+		if _, derr := providerCodec.decode(resp.Kvs[0]); derr == nil {
+			continue // repaired meanwhile: delete it the ordinary way
+		}
+		switch err := s.removeCorruptProvider(ctx, ws, name, resp.Kvs[0], pre); err {
+		case nil:
+			return true, nil, nil
+		case errRetry:
+		default:
+			return false, nil, err
+		}
+	}
+}
+
+func (s *Store) deleteProvider(ctx context.Context, ws, name string, pre Preconditions) (deleted bool, p *shoalv1.Provider, err error) {
 	attachP, releaseP := s.k.attachments(ws, name), s.k.releases(ws, name)
 	p, err = update(ctx, s, updateSpec[*shoalv1.Provider]{
 		codec: providerCodec,
@@ -186,7 +221,7 @@ func (s *Store) DeleteProvider(ctx context.Context, ws, name string, pre Precond
 			}
 			if len(users) > 0 {
 				return nil, shoal.FailedPrecondition("provider %q is attached to sandbox(es): %s; delete or detach them first",
-					name, strings.Join(users, ", "))
+					name, joinNames(users))
 			}
 			holders, err := s.keyNames(ctx, releaseP)
 			if err != nil {
@@ -261,6 +296,8 @@ func noKeys(prefix string) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(prefix), "=", 0).WithPrefix()
 }
 
+func joinNames(names []string) string { return strings.Join(names, ", ") }
+
 func (s *Store) keyNames(ctx context.Context, prefix string) ([]string, error) {
 	resp, err := s.c.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
@@ -280,34 +317,4 @@ func (s *Store) countKeys(ctx context.Context, prefix string) (int64, error) {
 		return 0, etcdErr(ctx, err)
 	}
 	return resp.Count, nil
-}
-
-// PendingIntents lists sandboxes whose deletion intent exists but whose
-// record is not marked yet (a deleter died between the two steps). The
-// coordinator completes them with CompleteIntent.
-func (s *Store) PendingIntents(ctx context.Context) ([]Attachment, error) {
-	resp, err := s.c.Get(ctx, s.k.prefix+"/deleting/", clientv3.WithPrefix())
-	if err != nil {
-		return nil, etcdErr(ctx, err)
-	}
-	var out []Attachment
-	for _, kv := range resp.Kvs {
-		parts := strings.Split(strings.TrimPrefix(string(kv.Key), s.k.prefix+"/deleting/"), "/")
-		if len(parts) != 2 {
-			continue
-		}
-		out = append(out, Attachment{Workspace: parts[0], Sandbox: parts[1], UID: string(kv.Value)})
-	}
-	return out, nil
-}
-
-// CompleteIntent marks the sandbox of a pending intent DELETING. A record
-// that is gone or has another uid is left alone.
-func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string) error {
-	_, err := s.mark(ctx, ws, name, uid, nil)
-	switch shoal.KindOf(err) {
-	case shoal.KindNotFound, shoal.KindConflict:
-		return nil
-	}
-	return err
 }

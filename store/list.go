@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 )
 
@@ -14,7 +16,11 @@ import (
 type ListOptions struct {
 	// Limit on returned items; 0 means all.
 	Limit int64
+	// MaxBytes ends a page early once its items' stored bytes reach it
+	// (a page holds at least one item); 0 means no byte limit.
+	MaxBytes int
 	// After: return keys strictly after this one (from a previous page).
+	// It must lie inside the listed prefix.
 	After string
 	// Revision to read at; 0 means the latest.
 	Revision int64
@@ -27,6 +33,8 @@ type Page[T any] struct {
 	Next *ListOptions
 	// Revision the page was read at.
 	Revision int64
+	// Warnings name records that were skipped because they do not decode.
+	Warnings []string
 }
 
 // ListSandboxes lists sandboxes of a workspace ("" for all) that match keep
@@ -50,14 +58,25 @@ func (s *Store) ListProviders(ctx context.Context, ws string, o ListOptions, kee
 
 const listBatch = 500
 
+// list reads keys of prefix only: a continuation key outside it is refused,
+// so no caller can make a list decode another kind's records. A record
+// that does not decode is skipped, reported once in the log and named in
+// the page's warnings.
 func list[T object](ctx context.Context, s *Store, c codec[T], prefix string, o ListOptions, keep func(T) bool) (Page[T], error) {
 	var page Page[T]
 	start := prefix
 	if o.After != "" {
+		if !strings.HasPrefix(o.After, prefix) || len(o.After) == len(prefix) {
+			return page, shoal.Invalid("page_token", "continues a list of another prefix")
+		}
 		start = o.After + "\x00"
+	}
+	if o.Revision < 0 {
+		return page, shoal.Invalid("page_token", "has a negative revision")
 	}
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	rev := o.Revision
+	size := 0
 	for {
 		batch := int64(listBatch)
 		if o.Limit > 0 {
@@ -78,17 +97,24 @@ func list[T object](ctx context.Context, s *Store, c codec[T], prefix string, o 
 		for _, kv := range resp.Kvs {
 			obj, err := c.decode(kv)
 			if err != nil {
-				return page, err
+				s.report(string(kv.Key), kv.ModRevision, err)
+				page.Warnings = append(page.Warnings, err.Error())
+				continue
 			}
 			if keep != nil && !keep(obj) {
 				continue
 			}
-			if o.Limit > 0 && int64(len(page.Items)) == o.Limit {
+			full := o.Limit > 0 && int64(len(page.Items)) == o.Limit
+			if !full && o.MaxBytes > 0 && len(page.Items) > 0 && size+len(kv.Value) > o.MaxBytes {
+				full = true
+			}
+			if full {
 				// One more match exists: the page is full.
-				page.Next = &ListOptions{Limit: o.Limit, After: lastKey(page.Items, prefix, s), Revision: rev}
+				page.Next = &ListOptions{Limit: o.Limit, MaxBytes: o.MaxBytes, After: s.keyOf(page.Items[len(page.Items)-1]), Revision: rev}
 				return page, nil
 			}
 			page.Items = append(page.Items, obj)
+			size += len(kv.Value)
 		}
 		if !resp.More {
 			return page, nil
@@ -97,12 +123,11 @@ func list[T object](ctx context.Context, s *Store, c codec[T], prefix string, o 
 	}
 }
 
-func lastKey[T object](items []T, prefix string, s *Store) string {
-	m := items[len(items)-1].GetMeta()
-	switch any(items[0]).(type) {
-	case *shoalv1.Provider:
+// keyOf is the etcd key of a stored object.
+func (s *Store) keyOf(obj interface{ GetMeta() *shoalv1.ObjectMeta }) string {
+	m := obj.GetMeta()
+	if _, ok := obj.(*shoalv1.Provider); ok {
 		return s.k.provider(m.GetWorkspace(), m.GetName())
-	default:
-		return s.k.sandbox(m.GetWorkspace(), m.GetName())
 	}
+	return s.k.sandbox(m.GetWorkspace(), m.GetName())
 }

@@ -26,7 +26,7 @@ type Snapshot struct {
 }
 
 // Snapshot reads the whole keyspace in one Txn, so the parts are mutually
-// consistent.
+// consistent. Corrupt records are left out (and logged).
 func (s *Store) Snapshot(ctx context.Context) (*Snapshot, error) {
 	resp, err := s.c.Txn(ctx).Then(
 		clientv3.OpGet(s.k.allSandboxes(), clientv3.WithPrefix()),
@@ -41,14 +41,16 @@ func (s *Store) Snapshot(ctx context.Context) (*Snapshot, error) {
 	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
 		sb, err := sandboxCodec.decode(kv)
 		if err != nil {
-			return nil, err
+			s.report(string(kv.Key), kv.ModRevision, err)
+			continue
 		}
 		snap.Sandboxes = append(snap.Sandboxes, sb)
 	}
 	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
 		p, err := providerCodec.decode(kv)
 		if err != nil {
-			return nil, err
+			s.report(string(kv.Key), kv.ModRevision, err)
+			continue
 		}
 		snap.Providers = append(snap.Providers, p)
 	}

@@ -30,6 +30,8 @@ type Store struct {
 	k   keys
 	log *slog.Logger
 	now func() time.Time
+
+	corrupt corruptLog
 }
 
 // New returns a Store over an etcd client.

@@ -23,7 +23,9 @@ type Event[T any] struct {
 // WatchSandboxes streams sandbox changes in a workspace ("" for all), or of
 // one sandbox when name is set, after revision fromRev. With fromRev 0 the
 // current state comes first as ADDED events. The channel closes when ctx
-// ends; a compacted fromRev yields a terminal KindGone error.
+// ends; a compacted fromRev yields a terminal KindGone error. Records that
+// do not decode are skipped (and logged once); the deletion of one is a
+// DELETED event whose object carries only its name and workspace.
 func (s *Store) WatchSandboxes(ctx context.Context, ws, name string, fromRev int64) <-chan Event[*shoalv1.Sandbox] {
 	key, prefix := s.k.allSandboxes(), true
 	switch {
@@ -65,8 +67,8 @@ func watch[T object](ctx context.Context, s *Store, c codec[T], key string, pref
 			for _, kv := range resp.Kvs {
 				obj, err := c.decode(kv)
 				if err != nil {
-					send(Event[T]{Err: err})
-					return
+					s.report(string(kv.Key), kv.ModRevision, err)
+					continue
 				}
 				if !send(Event[T]{Type: shoalv1.EventType_ADDED, Object: obj, Revision: kv.ModRevision}) {
 					return
@@ -98,10 +100,12 @@ func watch[T object](ctx context.Context, s *Store, c codec[T], key string, pref
 					if ev.PrevKv == nil {
 						continue
 					}
-					e.Object, err = c.decode(ev.PrevKv)
-					if err == nil {
-						e.Object.GetMeta().ResourceVersion = ev.Kv.ModRevision
+					if e.Object, err = c.decode(ev.PrevKv); err != nil {
+						// A corrupt record was deleted: its watchers
+						// still learn that the name is free.
+						e.Object, err = c.stub(string(ev.Kv.Key), ev.Kv.ModRevision), nil
 					}
+					e.Object.GetMeta().ResourceVersion = ev.Kv.ModRevision
 				case ev.IsCreate():
 					e.Type = shoalv1.EventType_ADDED
 					e.Object, err = c.decode(ev.Kv)
@@ -109,12 +113,14 @@ func watch[T object](ctx context.Context, s *Store, c codec[T], key string, pref
 					e.Type = shoalv1.EventType_MODIFIED
 					e.Object, err = c.decode(ev.Kv)
 				}
-				if err != nil {
-					send(Event[T]{Err: err})
-					return
-				}
 				e.Revision = ev.Kv.ModRevision
 				fromRev = e.Revision
+				if err != nil {
+					// Skipped, not fatal: one bad value must not
+					// break every watcher of the prefix.
+					s.report(string(ev.Kv.Key), ev.Kv.ModRevision, err)
+					continue
+				}
 				if !send(e) {
 					return
 				}

@@ -15,12 +15,16 @@ type Queue[T any] struct {
 	queued   map[string]bool
 	inflight map[string]bool
 	again    map[string]T
+	failures map[string]int
 	closed   bool
 }
 
+// MaxRetryDelay caps the per-key backoff of retried items.
+const MaxRetryDelay = 30 * time.Second
+
 // New returns an empty queue.
 func New[T any](key func(T) string) *Queue[T] {
-	q := &Queue[T]{key: key, queued: map[string]bool{}, inflight: map[string]bool{}, again: map[string]T{}}
+	q := &Queue[T]{key: key, queued: map[string]bool{}, inflight: map[string]bool{}, again: map[string]T{}, failures: map[string]int{}}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
@@ -60,14 +64,18 @@ func (q *Queue[T]) Get() (T, bool) {
 	return t, true
 }
 
-// Done finishes an item from Get; retryAfter > 0 adds it again after that
-// delay unless it was re-added meanwhile.
+// Done finishes an item from Get; retryAfter > 0 adds it again after a
+// delay unless it was re-added meanwhile. The delay doubles with each
+// consecutive retry of the same key (retryAfter, 2x, 4x, ... up to
+// MaxRetryDelay), so an item that keeps failing, say a record that cannot
+// be decoded, costs little; a Done with 0 resets it.
 func (q *Queue[T]) Done(t T, retryAfter time.Duration) {
 	q.mu.Lock()
 	k := q.key(t)
 	delete(q.inflight, k)
 	again, ok := q.again[k]
 	delete(q.again, k)
+	retryAfter = q.backoff(k, retryAfter)
 	if !ok && retryAfter > 0 && !q.closed {
 		// A retry that fires after Close is dropped by Add.
 		time.AfterFunc(retryAfter, func() { q.Add(t) })
@@ -76,6 +84,18 @@ func (q *Queue[T]) Done(t T, retryAfter time.Duration) {
 	if ok {
 		q.Add(again)
 	}
+}
+
+// backoff returns the delay of a key's next retry and counts it; a
+// retryAfter of 0 (success) resets the key. Called with q.mu held.
+func (q *Queue[T]) backoff(k string, retryAfter time.Duration) time.Duration {
+	if retryAfter <= 0 {
+		delete(q.failures, k)
+		return 0
+	}
+	n := q.failures[k]
+	q.failures[k] = n + 1
+	return min(retryAfter<<min(n, 16), MaxRetryDelay)
 }
 
 // Close wakes every Get, which then returns false.

@@ -80,3 +80,22 @@ func TestRunRetriesAndStops(t *testing.T) {
 		t.Fatal("Run did not return after ctx ended")
 	}
 }
+
+func TestRetryBackoffGrowsPerKeyAndResets(t *testing.T) {
+	q := New(func(s string) string { return s })
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, MaxRetryDelay, MaxRetryDelay}
+	for i, w := range want {
+		if got := q.backoff("bad", time.Second); got != w {
+			t.Fatalf("retry %d of a failing key: delay %s, want %s", i+1, got, w)
+		}
+	}
+	if got := q.backoff("other", time.Second); got != time.Second {
+		t.Fatalf("another key shares the failing key's backoff: %s", got)
+	}
+	if got := q.backoff("bad", 0); got != 0 {
+		t.Fatalf("success returned delay %s", got)
+	}
+	if got := q.backoff("bad", time.Second); got != time.Second {
+		t.Fatalf("after a success the backoff did not reset: %s", got)
+	}
+}
