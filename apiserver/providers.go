@@ -60,8 +60,8 @@ func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProvider
 	if err := validateProvider(req.GetProvider(), false); err != nil {
 		return nil, err
 	}
-	if req.ResourceVersion < 0 {
-		return nil, shoal.Invalid("resource_version", "must not be negative")
+	if err := validVersion("resource_version", req.ResourceVersion); err != nil {
+		return nil, err
 	}
 	in := req.Provider
 	p, err := s.cfg.Store.UpdateProvider(ctx, ws(in.Meta.Workspace), in.Meta.Name, store.Preconditions{ResourceVersion: req.ResourceVersion},
@@ -81,7 +81,9 @@ func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProvider
 			if req.UpdateLabels {
 				p.Meta.Labels = maps.Clone(in.Meta.Labels)
 			}
-			return nil
+			// The request alone fits; with what it keeps of the stored
+			// provider it must fit too.
+			return validBytes("provider", &shoalv1.Provider{Credentials: p.Credentials, Config: p.Config}, MaxSpecBytes)
 		})
 	return redact(p), err
 }
@@ -91,6 +93,9 @@ func (s *Server) DeleteProvider(ctx context.Context, req *shoalv1.DeleteProvider
 		return nil, err
 	}
 	pre := store.Preconditions{UID: req.GetPreconditions().GetUid(), ResourceVersion: req.GetPreconditions().GetResourceVersion()}
+	if err := validVersion("preconditions.resource_version", pre.ResourceVersion); err != nil {
+		return nil, err
+	}
 	deleted, p, err := s.cfg.Store.DeleteProvider(ctx, ws(req.Workspace), req.Name, pre)
 	if err != nil {
 		return nil, err

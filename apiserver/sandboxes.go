@@ -98,6 +98,9 @@ func (s *Server) UpdateSandbox(ctx context.Context, req *shoalv1.UpdateSandboxRe
 	if err := validateRef(req.Workspace, req.Name); err != nil {
 		return nil, err
 	}
+	if err := validVersion("resource_version", req.ResourceVersion); err != nil {
+		return nil, err
+	}
 	if err := validLabels("set_labels", req.SetLabels); err != nil {
 		return nil, err
 	}
@@ -148,8 +151,8 @@ func (s *Server) DeleteSandbox(ctx context.Context, req *shoalv1.DeleteSandboxRe
 		return nil, err
 	}
 	pre := store.Preconditions{UID: req.GetPreconditions().GetUid(), ResourceVersion: req.GetPreconditions().GetResourceVersion()}
-	if pre.ResourceVersion < 0 {
-		return nil, shoal.Invalid("preconditions.resource_version", "must not be negative")
+	if err := validVersion("preconditions.resource_version", pre.ResourceVersion); err != nil {
+		return nil, err
 	}
 	sb, err := s.cfg.Store.MarkSandboxDeleting(ctx, ws(req.Workspace), req.Name, pre)
 	if err != nil {

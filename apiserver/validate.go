@@ -4,13 +4,21 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode/utf8"
+
+	"github.com/distribution/reference"
+	"google.golang.org/protobuf/proto"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/store"
 )
 
-// Limits on requests.
+// Limits on requests. Each is part of one size budget: an object the API
+// accepts, with the largest labels and status it can later gain, always
+// encodes below store.MaxStoredBytes, so every transaction the store builds
+// for it fits etcd's request limit (store/limits.go) and it can always be
+// updated, labelled and deleted. TestLimitsFitTheStoreBudget checks the sum.
 const (
 	MaxNameLen        = 63
 	MaxProviders      = store.MaxProvidersPerSandbox
@@ -18,7 +26,19 @@ const (
 	MaxEnvValue       = 8 << 10
 	MaxLabels         = 64
 	MaxLabelValue     = 63
+	// MaxAnnotationSize bounds the encoded annotations of an object.
 	MaxAnnotationSize = 64 << 10
+	// MaxSpecBytes bounds a sandbox's encoded spec (image, command, env,
+	// providers, resources), and a provider's encoded credentials and
+	// config together.
+	MaxSpecBytes = 256 << 10
+	// MaxStatusBytes is what the status of a sandbox may grow to (the
+	// agent bounds status.message; conditions are a fixed few).
+	MaxStatusBytes = 16 << 10
+	// MaxCPUMillis and MaxMemoryBytes bound resources before the node's own
+	// capacity is consulted, so that no conversion overflows.
+	MaxCPUMillis   = 1 << 20 // 1048 cores
+	MaxMemoryBytes = 1 << 46 // 64 TiB
 	MaxCredentials    = 64
 	MaxCommandArgs    = 256
 	MaxArgLen         = 8 << 10
@@ -99,15 +119,42 @@ func validLabels(field string, labels map[string]string) error {
 }
 
 func validAnnotations(field string, ann map[string]string) error {
-	size := 0
 	for k, v := range ann {
 		if err := validLabelKey(field, k); err != nil {
 			return err
 		}
-		size += len(k) + len(v)
+		if err := validText(fmt.Sprintf("%s[%s]", field, k), v, true); err != nil {
+			return err
+		}
 	}
-	if size > MaxAnnotationSize {
-		return shoal.Invalid(field, "annotations total %d bytes; at most %d are allowed", size, MaxAnnotationSize)
+	if size := proto.Size(&shoalv1.ObjectMeta{Annotations: ann}); size > MaxAnnotationSize {
+		return shoal.Invalid(field, "annotations take %d bytes encoded; at most %d are allowed", size, MaxAnnotationSize)
+	}
+	return nil
+}
+
+// validText accepts valid UTF-8 without NUL (which neither Docker nor a C
+// string can carry); multiline allows tab, CR and LF and refuses every
+// other control character, otherwise all of them are refused.
+func validText(field, v string, multiline bool) error {
+	if !utf8.ValidString(v) {
+		return shoal.Invalid(field, "is not valid UTF-8")
+	}
+	for _, r := range v {
+		if r == 0 {
+			return shoal.Invalid(field, "contains a NUL byte")
+		}
+		if (r < 0x20 || r == 0x7f) && !(multiline && (r == '\t' || r == '\n' || r == '\r')) {
+			return shoal.Invalid(field, "contains the control character %U", r)
+		}
+	}
+	return nil
+}
+
+// validBytes reports an encoded size over a limit, naming the field.
+func validBytes(field string, m proto.Message, limit int) error {
+	if size := proto.Size(m); size > limit {
+		return shoal.Invalid(field, "takes %d bytes encoded; at most %d are allowed (each field is within its own limit, but together they are too large)", size, limit)
 	}
 	return nil
 }
@@ -139,8 +186,8 @@ func validEnvMap(field string, env map[string]string, max int) error {
 		if len(v) > MaxEnvValue {
 			return shoal.Invalid(fmt.Sprintf("%s[%s]", field, k), "value is %d bytes; at most %d are allowed", len(v), MaxEnvValue)
 		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return shoal.Invalid(fmt.Sprintf("%s[%s]", field, k), "value contains a NUL byte")
+		if err := validText(fmt.Sprintf("%s[%s]", field, k), v, true); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -174,16 +221,11 @@ func validateSandbox(sb *shoalv1.Sandbox) error {
 	if spec == nil {
 		return nil
 	}
-	if len(spec.Image) > MaxImageLen || strings.ContainsAny(spec.Image, " \t\n\x00") {
-		return shoal.Invalid("sandbox.spec.image", "%q is not an image reference", trunc(spec.Image))
+	if err := validImage("sandbox.spec.image", spec.Image); err != nil {
+		return err
 	}
-	if len(spec.Command) > MaxCommandArgs {
-		return shoal.Invalid("sandbox.spec.command", "%d arguments; at most %d are allowed", len(spec.Command), MaxCommandArgs)
-	}
-	for i, a := range spec.Command {
-		if len(a) > MaxArgLen || strings.IndexByte(a, 0) >= 0 {
-			return shoal.Invalid(fmt.Sprintf("sandbox.spec.command[%d]", i), "arguments are at most %d bytes with no NUL", MaxArgLen)
-		}
+	if err := validCommand("sandbox.spec.command", spec.Command); err != nil {
+		return err
 	}
 	if err := validEnvMap("sandbox.spec.env", spec.Env, MaxEnv); err != nil {
 		return err
@@ -192,12 +234,62 @@ func validateSandbox(sb *shoalv1.Sandbox) error {
 		return err
 	}
 	if r := spec.Resources; r != nil {
-		if r.CpuMillis < 0 {
-			return shoal.Invalid("sandbox.spec.resources.cpu_millis", "must not be negative")
+		if r.CpuMillis < 0 || r.CpuMillis > MaxCPUMillis {
+			return shoal.Invalid("sandbox.spec.resources.cpu_millis", "%d is out of range 0-%d (0: no limit)", r.CpuMillis, MaxCPUMillis)
 		}
-		if r.MemoryBytes < 0 || (r.MemoryBytes > 0 && r.MemoryBytes < 6<<20) {
-			return shoal.Invalid("sandbox.spec.resources.memory_bytes", "must be 0 (no limit) or at least 6 MiB")
+		if r.MemoryBytes < 0 || (r.MemoryBytes > 0 && r.MemoryBytes < 6<<20) || r.MemoryBytes > MaxMemoryBytes {
+			return shoal.Invalid("sandbox.spec.resources.memory_bytes", "%d is out of range: 0 (no limit) or 6 MiB to %d bytes", r.MemoryBytes, int64(MaxMemoryBytes))
 		}
+	}
+	return validBytes("sandbox.spec", spec, MaxSpecBytes)
+}
+
+// validImage accepts "" (the node's default) or a Docker image reference
+// by the registry's own grammar.
+func validImage(field, image string) error {
+	if image == "" {
+		return nil
+	}
+	if len(image) > MaxImageLen {
+		return shoal.Invalid(field, "is %d characters; at most %d are allowed", len(image), MaxImageLen)
+	}
+	if _, err := reference.ParseNormalizedNamed(image); err != nil {
+		return shoal.Invalid(field, "%q is not a Docker image reference (like shoal/sandbox:dev): %v", trunc(image), err)
+	}
+	return nil
+}
+
+func validCommand(field string, cmd []string) error {
+	if len(cmd) > MaxCommandArgs {
+		return shoal.Invalid(field, "%d arguments; at most %d are allowed", len(cmd), MaxCommandArgs)
+	}
+	for i, a := range cmd {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if len(a) > MaxArgLen {
+			return shoal.Invalid(f, "is %d bytes; at most %d are allowed", len(a), MaxArgLen)
+		}
+		if err := validText(f, a, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validProviderType accepts the named types; UNSPECIFIED only where the
+// caller means "leave as is".
+func validProviderType(field string, t shoalv1.ProviderType, unspecifiedOK bool) error {
+	if t == shoalv1.ProviderType_PROVIDER_TYPE_UNSPECIFIED && unspecifiedOK {
+		return nil
+	}
+	if t == shoalv1.ProviderType_PROVIDER_TYPE_UNSPECIFIED || shoalv1.ProviderType_name[int32(t)] == "" {
+		return shoal.Invalid(field, "%d is not a provider type: one of nvidia, openai, anthropic, github, generic", int32(t))
+	}
+	return nil
+}
+
+func validVersion(field string, rv int64) error {
+	if rv < 0 {
+		return shoal.Invalid(field, "must not be negative (0: no precondition)")
 	}
 	return nil
 }
@@ -209,8 +301,8 @@ func validateProvider(p *shoalv1.Provider, create bool) error {
 	if err := validMeta("provider.meta", p.Meta); err != nil {
 		return err
 	}
-	if create && (p.Type == shoalv1.ProviderType_PROVIDER_TYPE_UNSPECIFIED || shoalv1.ProviderType_name[int32(p.Type)] == "") {
-		return shoal.Invalid("provider.type", "must be one of nvidia, openai, anthropic, github, generic")
+	if err := validProviderType("provider.type", p.Type, !create); err != nil {
+		return err
 	}
 	if err := validEnvMap("provider.credentials", p.Credentials, MaxCredentials); err != nil {
 		return err
@@ -219,11 +311,21 @@ func validateProvider(p *shoalv1.Provider, create bool) error {
 		return shoal.Invalid("provider.config", "%d entries; at most %d are allowed", len(p.Config), MaxCredentials)
 	}
 	for k, v := range p.Config {
-		if k == "" || len(k) > 256 || len(v) > MaxEnvValue {
-			return shoal.Invalid("provider.config", "keys must be 1-256 bytes and values at most %d bytes", MaxEnvValue)
+		if k == "" || len(k) > 256 {
+			return shoal.Invalid("provider.config", "key %q: keys are 1-256 bytes", trunc(k))
+		}
+		if err := validText("provider.config", k, false); err != nil {
+			return shoal.Invalid("provider.config", "key %q: %v", trunc(k), err.(*shoal.Error).Msg)
+		}
+		f := fmt.Sprintf("provider.config[%s]", k)
+		if len(v) > MaxEnvValue {
+			return shoal.Invalid(f, "value is %d bytes; at most %d are allowed", len(v), MaxEnvValue)
+		}
+		if err := validText(f, v, true); err != nil {
+			return err
 		}
 	}
-	return nil
+	return validBytes("provider", &shoalv1.Provider{Credentials: p.Credentials, Config: p.Config}, MaxSpecBytes)
 }
 
 func validateRef(ws, name string) error {
