@@ -28,6 +28,8 @@ type Config struct {
 	// MaxRequestBytes is the member's --max-request-bytes. shoal's
 	// store sizes its objects for it (store.MinEtcdRequestBytes).
 	MaxRequestBytes uint
+	// MaxTxnOps is the member's --max-txn-ops (store.MinEtcdTxnOps).
+	MaxTxnOps uint
 	// UnsafeNoFsync skips fsync: for tests only, where a crash loses nothing
 	// that matters.
 	UnsafeNoFsync bool
@@ -43,6 +45,7 @@ func DefaultConfig(dataDir string) Config {
 		AutoCompactionRetention: time.Hour,
 		StartTimeout:            60 * time.Second,
 		MaxRequestBytes:         MaxRequestBytes,
+		MaxTxnOps:               MaxTxnOps,
 	}
 }
 
@@ -50,6 +53,10 @@ func DefaultConfig(dataDir string) Config {
 // that the size budget the store relies on does not move with etcd's
 // defaults.
 const MaxRequestBytes = 3 << 19 // 1.5 MiB
+
+// MaxTxnOps is etcd's default op limit per Txn branch, set explicitly for
+// the same reason.
+const MaxTxnOps = 128
 
 // Validate reports the first bad field.
 func (c Config) Validate() error {
@@ -92,6 +99,10 @@ func Start(cfg Config) (*Server, error) {
 	ec.MaxRequestBytes = cfg.MaxRequestBytes
 	if ec.MaxRequestBytes == 0 {
 		ec.MaxRequestBytes = MaxRequestBytes
+	}
+	ec.MaxTxnOps = cfg.MaxTxnOps
+	if ec.MaxTxnOps == 0 {
+		ec.MaxTxnOps = MaxTxnOps
 	}
 	ec.LogLevel = "error"
 	ec.Logger = "zap"

@@ -25,3 +25,17 @@ const (
 	// least this (its default, 1.5 MiB, does).
 	MinEtcdRequestBytes = 3*MaxStoredBytes + MaxTxnOverhead
 )
+
+// The op budget. etcd refuses a Txn with more than --max-txn-ops (128 by
+// default) compares or ops in a branch, and counts a nested Txn's ops
+// against what its parent branch leaves. The widest Txn is the update
+// loop's mark of a sandbox as DELETING: Then holds the put and, per
+// provider, a delete of its attach/ key and a put of its release/ key (and
+// the intent delete when the record is removed); the Else branch nests the
+// same ops once more.
+const (
+	maxBranchOps = 2*MaxProvidersPerSandbox + 2
+	// MinEtcdTxnOps is the smallest etcd --max-txn-ops every transaction of
+	// the store fits; etcd's default (128) does.
+	MinEtcdTxnOps = 2 * maxBranchOps
+)

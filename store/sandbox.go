@@ -113,8 +113,9 @@ func (s *Store) DetachProvider(ctx context.Context, ws, name, provider string) (
 	})
 }
 
-// MaxProvidersPerSandbox bounds spec.providers.
-const MaxProvidersPerSandbox = 32
+// MaxProvidersPerSandbox bounds spec.providers. Each provider adds two ops
+// to both branches of the mark Txn (limits.go: MinEtcdTxnOps).
+const MaxProvidersPerSandbox = 16
 
 func live(sb *shoalv1.Sandbox) bool {
 	return sb != nil && sb.GetMeta().GetDeletionTimestamp() == nil
