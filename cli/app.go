@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/apiserver"
 )
 
 // Version is set at build time.
@@ -30,11 +32,18 @@ type app struct {
 	client         shoalv1.ShoalClient
 	tty            bool
 	ctx            context.Context
+	// kind is "sandbox" or "provider" while one of their subcommands runs,
+	// so that hints can name the right command.
+	kind string
+	// lookupEnv reads the environment (--credential-from-env).
+	lookupEnv func(string) (string, bool)
 }
 
 // Main runs the CLI and returns the process exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	a := &app{stdout: stdout, stderr: stderr, stdin: stdin, ctx: ctx, tty: isTerminal(stderr)}
+	a := &app{stdout: stdout, stderr: stderr, stdin: stdin, ctx: ctx, tty: isTerminal(stderr), lookupEnv: os.LookupEnv}
+	// The root's Before sets the format; errors before it still print.
+	a.out = printer{w: stdout, errw: stderr, format: formatTable, now: time.Now}
 	root := a.tree()
 	err := root.RunContext(ctx, Reorder(root, args))
 	if a.conn != nil {
@@ -44,12 +53,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return ExitOK
 	}
 	e := a.classify(err)
-	if e.msg != "" {
-		fmt.Fprintf(stderr, "Error: %s\n", e.msg)
-	}
-	if e.hint != "" {
-		fmt.Fprintf(stderr, "Hint: %s\n", e.hint)
-	}
+	a.out.failure(e, "")
+	a.out.hint(e.hint)
 	return e.code
 }
 
@@ -77,9 +82,7 @@ All state lives in etcd; every change is a compare-and-swap transaction.
 
 Flags may come before or after positional arguments.
 
-Exit codes: 0 ok, 1 error, 2 invalid input, 3 not found,
-4 precondition failed / already exists, 5 unavailable or timed out.
-'sandbox exec' exits with the command's own exit code.`,
+` + exitCodesHelp,
 		Writer:    a.stdout,
 		ErrWriter: a.stderr,
 		Reader:    a.stdin,
@@ -94,7 +97,7 @@ Exit codes: 0 ok, 1 error, 2 invalid input, 3 not found,
 			if err := validFormat(c.String("output")); err != nil {
 				return err
 			}
-			a.out = printer{w: a.stdout, format: c.String("output"), now: time.Now}
+			a.out.format = c.String("output")
 			return nil
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // Main prints errors and picks exit codes
@@ -110,7 +113,14 @@ func (a *app) api() (shoalv1.ShoalClient, error) {
 	if a.client != nil {
 		return a.client, nil
 	}
-	conn, err := grpc.NewClient(a.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(a.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// The server's limits, from their one definition: a response the
+		// server may send must never be refused here (gRPC's default
+		// receive limit is 4 MiB, the server sends up to 8), and a request
+		// over the server's limit fails here, before it is sent.
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(apiserver.MaxResponseBytes),
+			grpc.MaxCallSendMsgSize(apiserver.MaxRequestBytes)))
 	if err != nil {
 		return nil, usageError("--endpoint %q: %v", a.endpoint, err)
 	}
@@ -178,20 +188,84 @@ func isTerminal(w io.Writer) bool {
 	return ok && isTTY(f.Fd())
 }
 
-// allPages follows page tokens until the last page.
-func allPages[T any](page func(token string) ([]T, string, error)) ([]T, error) {
+// listPage is what one list call returns.
+type listPage[T any] struct {
+	items    []T
+	warnings []string
+	next     string
+}
+
+// allPages follows page tokens until the last page. It returns the
+// warnings of every page it read, also when a later page fails, so that
+// none is lost.
+func allPages[T any](page func(token string) (listPage[T], error)) ([]T, []string, error) {
 	var all []T
+	var warnings []string
 	tok := ""
 	for {
-		items, next, err := page(tok)
+		p, err := page(tok)
+		warnings = append(warnings, p.warnings...)
 		if err != nil {
-			return nil, err
+			return nil, warnings, err
 		}
-		all = append(all, items...)
-		if tok = next; tok == "" {
-			return all, nil
+		all = append(all, p.items...)
+		if tok = p.next; tok == "" {
+			return all, warnings, nil
 		}
 	}
+}
+
+// multiNameHelp states forEachName's contract in --help.
+const multiNameHelp = `Every NAME is tried, also after another failed. Each failure prints one
+"Error:" line naming its object; the exit code is the failures' code when all
+share one, 1 otherwise (see shoal --help).`
+
+// forEachName runs do for every name the command was given. One bad name
+// must not stop the others (`sandbox delete a ../x b` still deletes a and
+// b), so each failure is printed as it happens, naming its object, and the
+// loop goes on. What do prints on success is printed as usual. The exit
+// code is the failures' code when they all share one, ExitError otherwise:
+// "all not found" stays distinguishable from a mix of causes.
+func (a *app) forEachName(c *cli.Context, kind string, do func(api shoalv1.ShoalClient, name string) error) error {
+	names := c.Args().Slice()
+	if len(names) == 0 {
+		return usageError("%s takes NAME... (one or more names); see `shoal %s --help`", c.Command.FullName(), c.Command.FullName())
+	}
+	api, err := a.api()
+	if err != nil {
+		return err
+	}
+	code := ExitOK
+	var hints []string
+	fail := func(e *exitError, subject string) {
+		a.out.failure(e, subject)
+		if code == ExitOK {
+			code = e.code
+		} else if code != e.code {
+			code = ExitError
+		}
+		if e.hint != "" && !slices.Contains(hints, e.hint) {
+			hints = append(hints, e.hint)
+		}
+	}
+	for i, name := range names {
+		if c.Context.Err() != nil {
+			// Interrupted: do not start on the rest, but say which those are.
+			fail(&exitError{code: ExitError, msg: "interrupted; not tried: " + strings.Join(names[i:], " ")}, "")
+			break
+		}
+		if err := do(api, name); err != nil {
+			fail(a.classify(err), fmt.Sprintf("%s %q", kind, name))
+		}
+	}
+	if code == ExitOK {
+		return nil
+	}
+	// Hints once, after all failures: ten missing names need one hint.
+	for _, h := range hints {
+		a.out.hint(h)
+	}
+	return &exitError{code: code} // already printed
 }
 
 // recvAll hands every message of a server stream to handle until the

@@ -22,6 +22,8 @@ func TestReorder(t *testing.T) {
 		{"shoal sandbox list", "shoal sandbox list"},
 		{"shoal sandbox", "shoal sandbox"},
 		{"shoal sandbox get sb --bogus", "shoal sandbox get --bogus -- sb"},
+		{"shoal provider create p --credential-file - --type nvidia", "shoal provider create --credential-file - --type nvidia -- p"},
+		{"shoal provider update p --credential-from-env K --credential-file=f", "shoal provider update --credential-from-env K --credential-file=f -- p"},
 	} {
 		got := strings.Join(Reorder(root, strings.Fields(tc.in)), " ")
 		if got != tc.want {
@@ -71,4 +73,16 @@ func FuzzReorder(f *testing.F) {
 			t.Fatalf("Reorder dropped arguments: %q -> %q", in, out)
 		}
 	})
+}
+
+// An interrupted multi-name command stops starting new work and says which
+// names it did not try.
+func TestForEachNameInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errb bytes.Buffer
+	code := Main(ctx, []string{"shoal", "--endpoint", "127.0.0.1:1", "sandbox", "delete", "a", "b"}, strings.NewReader(""), &out, &errb)
+	if code != ExitError || !strings.Contains(errb.String(), "interrupted; not tried: a b") || out.Len() != 0 {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out.String(), errb.String())
+	}
 }

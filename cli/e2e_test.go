@@ -22,10 +22,23 @@ type result struct {
 
 func run(t *testing.T, bin, endpoint string, args ...string) result {
 	t.Helper()
+	return runWith(t, bin, endpoint, runOpts{}, args...)
+}
+
+// runOpts are the extras of a run: environment variables beyond
+// SHOAL_ENDPOINT and PATH, and standard input.
+type runOpts struct {
+	env   []string
+	stdin string
+}
+
+func runWith(t *testing.T, bin, endpoint string, o runOpts, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = []string{"SHOAL_ENDPOINT=" + endpoint, "PATH=/usr/bin:/bin"}
+	cmd.Env = append([]string{"SHOAL_ENDPOINT=" + endpoint, "PATH=/usr/bin:/bin"}, o.env...)
+	cmd.Stdin = strings.NewReader(o.stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -54,7 +67,8 @@ func TestQuickstartThroughBinary(t *testing.T) {
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
 	ep := n.Addr()
 
-	run(t, bin, ep, "provider", "create", "nvidia", "--type", "nvidia", "--credential", "NVIDIA_API_KEY=nvapi-e2e-secret").must(t, 0, "provider create")
+	runWith(t, bin, ep, runOpts{env: []string{"NVIDIA_API_KEY=nvapi-e2e-secret"}},
+		"provider", "create", "nvidia", "--type", "nvidia", "--credential-from-env", "NVIDIA_API_KEY").must(t, 0, "provider create")
 	r := run(t, bin, ep, "sandbox", "create", "agent", "--provider", "nvidia", "--wait").must(t, 0, "sandbox create --wait")
 	if !strings.Contains(r.stdout, "READY") {
 		t.Fatalf("sandbox create --wait printed no READY: %s", r.stdout)

@@ -13,12 +13,22 @@ import (
 // Exit codes. Scripts may rely on them.
 const (
 	ExitOK           = 0
-	ExitError        = 1 // anything not listed below
-	ExitUsage        = 2 // bad flags or arguments, or INVALID_ARGUMENT
+	ExitError        = 1 // anything not listed below, DATA_LOSS, and mixed failures of a multi-name command
+	ExitUsage        = 2 // bad flags or arguments, INVALID_ARGUMENT, a request over the size limit
 	ExitNotFound     = 3 // NOT_FOUND
 	ExitPrecondition = 4 // FAILED_PRECONDITION, ALREADY_EXISTS, ABORTED
-	ExitUnavailable  = 5 // UNAVAILABLE, DEADLINE_EXCEEDED: retry later
+	ExitUnavailable  = 5 // UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED: retry later
 )
+
+// exitCodesHelp is the exit-code contract as --help states it; README.md
+// says the same.
+const exitCodesHelp = `Exit codes: 0 ok, 1 error (also a corrupt stored record), 2 invalid input or
+usage, 3 not found, 4 precondition failed / already exists, 5 unavailable,
+timed out, or a node's cap on open streams reached (retry later).
+Commands given several names (sandbox delete, provider delete) try every
+name and print one error line per failure; they exit with the failures'
+code if all share one, 1 otherwise. 'sandbox exec' exits with the
+command's own exit code.`
 
 // exitError carries an exit code and a hint to the user.
 type exitError struct {
@@ -66,7 +76,20 @@ func (a *app) classify(err error) *exitError {
 	case codes.DeadlineExceeded:
 		return &exitError{ExitUnavailable, "timed out: " + msg, "raise --timeout, or check the node's health"}
 	case codes.ResourceExhausted:
-		return &exitError{ExitUsage, "request too large: " + msg, "send less data in one request"}
+		// gRPC itself reports a message over the size limit with this
+		// code; that is the caller's to fix, and retrying cannot help.
+		if strings.Contains(msg, "message larger than max") {
+			return &exitError{ExitUsage, "request too large: " + msg, "send less data in one request"}
+		}
+		return &exitError{ExitUnavailable, "the node is at its limit: " + msg,
+			"a node caps its open streams (exec, logs --follow, watch); retry later, or end some of those sessions"}
+	case codes.DataLoss:
+		kind := a.kind
+		if kind == "" {
+			kind = "sandbox|provider"
+		}
+		return &exitError{ExitError, "corrupt stored record: " + msg,
+			fmt.Sprintf("the record cannot be read, so it cannot be repaired; `shoal %s delete NAME` removes it, then create the object again", kind)}
 	}
 	return &exitError{ExitError, fmt.Sprintf("%s: %s", st.Code(), msg), ""}
 }

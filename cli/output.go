@@ -33,36 +33,55 @@ func validFormat(f string) error {
 	return usageError("-o/--output: %q is not one of table, json, yaml", f)
 }
 
+// printer writes everything the CLI shows the user: objects and lists to
+// w (stdout, machine-readable with -o json|yaml), warnings and errors to
+// errw (stderr), so that scripts can parse stdout whatever else is said.
 type printer struct {
-	w      io.Writer
-	format string
-	now    func() time.Time
+	w, errw io.Writer
+	format  string
+	now     func() time.Time
 }
 
 var pj = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true}
 
-// objects prints one object or a list: as a table of rows, or as JSON/YAML.
-func (p printer) objects(header []string, rows [][]string, msgs ...proto.Message) error {
+// shape is how -o json|yaml wraps what a command prints. The command picks
+// it, never the number of objects, so a script parsing `list` output sees
+// the same structure for zero, one or many items.
+type shape int
+
+const (
+	bare     shape = iota // get, create, update, watch events: the object itself
+	itemList              // list: {"items": [...]}, also for zero or one item
+)
+
+// object prints one object the way get prints it: bare in JSON/YAML.
+func (p printer) object(m proto.Message) error {
+	return p.objects(bare, nil, nil, m)
+}
+
+// objects prints msgs as a table of rows, or as JSON/YAML in shape s.
+func (p printer) objects(s shape, header []string, rows [][]string, msgs ...proto.Message) error {
 	switch p.format {
 	case formatJSON, formatYAML:
-		var raw []json.RawMessage
-		for _, m := range msgs {
-			b, err := pj.Marshal(m)
-			if err != nil {
-				return err
-			}
-			raw = append(raw, b)
-		}
 		var b []byte
 		var err error
-		if len(raw) == 1 {
-			b = raw[0]
-		} else {
-			if raw == nil {
-				raw = []json.RawMessage{}
+		if s == bare {
+			if len(msgs) != 1 {
+				return fmt.Errorf("internal error: a bare object print got %d objects", len(msgs))
 			}
-			b, err = json.MarshalIndent(map[string]any{"items": raw}, "", "  ")
-			if err != nil {
+			if b, err = pj.Marshal(msgs[0]); err != nil {
+				return err
+			}
+		} else {
+			raw := make([]json.RawMessage, 0, len(msgs)) // never nil: [] not null
+			for _, m := range msgs {
+				mb, err := pj.Marshal(m)
+				if err != nil {
+					return err
+				}
+				raw = append(raw, mb)
+			}
+			if b, err = json.MarshalIndent(map[string]any{"items": raw}, "", "  "); err != nil {
 				return err
 			}
 		}
@@ -96,6 +115,34 @@ func (p printer) objects(header []string, rows [][]string, msgs ...proto.Message
 		}
 	}
 	return t.Render()
+}
+
+// warnings prints what the server reported alongside a result (say, a
+// corrupt record a list skipped), one `warning:` line each, to stderr in
+// every format so that stdout stays machine-readable.
+func (p printer) warnings(ws []string) {
+	for _, w := range ws {
+		fmt.Fprintf(p.errw, "warning: %s\n", w)
+	}
+}
+
+// failure prints an error as one line. subject, when not empty, names the
+// object the error is about, for commands that act on several names.
+func (p printer) failure(e *exitError, subject string) {
+	switch {
+	case e.msg == "":
+	case subject != "":
+		fmt.Fprintf(p.errw, "Error: %s: %s\n", subject, e.msg)
+	default:
+		fmt.Fprintf(p.errw, "Error: %s\n", e.msg)
+	}
+}
+
+// hint prints what to do next about an error, if anything.
+func (p printer) hint(h string) {
+	if h != "" {
+		fmt.Fprintf(p.errw, "Hint: %s\n", h)
+	}
 }
 
 func (p printer) age(ts interface{ AsTime() time.Time }) string {
@@ -139,7 +186,11 @@ func list(s []string) string {
 	return strings.Join(s, ",")
 }
 
-func (p printer) sandboxes(items ...*shoalv1.Sandbox) error {
+func (p printer) sandbox(sb *shoalv1.Sandbox) error { return p.sandboxes(bare, sb) }
+
+func (p printer) sandboxList(items []*shoalv1.Sandbox) error { return p.sandboxes(itemList, items...) }
+
+func (p printer) sandboxes(s shape, items ...*shoalv1.Sandbox) error {
 	rows := make([][]string, 0, len(items))
 	msgs := make([]proto.Message, 0, len(items))
 	for _, sb := range items {
@@ -148,10 +199,16 @@ func (p printer) sandboxes(items ...*shoalv1.Sandbox) error {
 			sb.GetSpec().GetImage(), sb.GetStatus().GetNode(), p.age(sb.GetMeta().GetCreatedAt()), kv(sb.GetMeta().GetLabels())})
 		msgs = append(msgs, sb)
 	}
-	return p.objects([]string{"name", "phase", "providers", "image", "node", "age", "labels"}, rows, msgs...)
+	return p.objects(s, []string{"name", "phase", "providers", "image", "node", "age", "labels"}, rows, msgs...)
 }
 
-func (p printer) providers(items ...*shoalv1.Provider) error {
+func (p printer) provider(pr *shoalv1.Provider) error { return p.providers(bare, pr) }
+
+func (p printer) providerList(items []*shoalv1.Provider) error {
+	return p.providers(itemList, items...)
+}
+
+func (p printer) providers(s shape, items ...*shoalv1.Provider) error {
 	rows := make([][]string, 0, len(items))
 	msgs := make([]proto.Message, 0, len(items))
 	for _, pr := range items {
@@ -167,5 +224,5 @@ func (p printer) providers(items ...*shoalv1.Provider) error {
 		rows = append(rows, []string{pr.GetMeta().GetName(), strings.ToLower(pr.Type.String()), list(keys), state, p.age(pr.GetMeta().GetCreatedAt())})
 		msgs = append(msgs, pr)
 	}
-	return p.objects([]string{"name", "type", "credentials", "state", "age"}, rows, msgs...)
+	return p.objects(s, []string{"name", "type", "credentials", "state", "age"}, rows, msgs...)
 }

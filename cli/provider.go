@@ -22,6 +22,7 @@ func (a *app) providerCmd() *cli.Command {
 		Name:    "provider",
 		Aliases: []string{"providers"},
 		Usage:   "manage credential providers",
+		Before:  func(*cli.Context) error { a.kind = "provider"; return nil },
 		Subcommands: []*cli.Command{
 			{
 				Name:      "create",
@@ -30,13 +31,17 @@ func (a *app) providerCmd() *cli.Command {
 				Description: `Creates a named set of credentials. Attached sandboxes get each credential
 as an environment variable. Credentials are never shown again.
 
-  shoal provider create nvidia --type nvidia --credential NVIDIA_API_KEY=nvapi-...`,
-				Flags: []cli.Flag{
+  read -rs NVIDIA_API_KEY && export NVIDIA_API_KEY    # paste the key; not echoed
+  shoal provider create nvidia --type nvidia --credential-from-env NVIDIA_API_KEY
+  shoal provider create gh --type github --credential-file ~/.config/shoal/gh.env
+  some-vault-tool export nvidia | shoal provider create nvidia --type nvidia --credential-file -
+
+` + credentialsHelp,
+				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "type", Required: true, Usage: "`TYPE`: nvidia, openai, anthropic, github or generic"},
-					&cli.StringSliceFlag{Name: "credential", Usage: "secret `KEY=VALUE`, repeatable"},
 					&cli.StringSliceFlag{Name: "config", Usage: "plain `KEY=VALUE`, repeatable"},
 					&cli.StringSliceFlag{Name: "label", Usage: "`KEY=VALUE` label, repeatable"},
-				},
+				}, credentialFlags("")...),
 				Action: func(c *cli.Context) error {
 					if err := exactArgs(c, 1, "NAME"); err != nil {
 						return err
@@ -45,7 +50,7 @@ as an environment variable. Credentials are never shown again.
 					if err != nil {
 						return err
 					}
-					creds, err := parseKV("--credential", c.StringSlice("credential"))
+					creds, err := a.credentials(c)
 					if err != nil {
 						return err
 					}
@@ -68,7 +73,7 @@ as an environment variable. Credentials are never shown again.
 					if err != nil {
 						return err
 					}
-					return a.out.providers(p)
+					return a.out.provider(p)
 				},
 			},
 			{
@@ -84,44 +89,54 @@ as an environment variable. Credentials are never shown again.
 					if err != nil {
 						return err
 					}
-					return a.out.providers(p)
+					return a.out.provider(p)
 				},
 			},
 			{
 				Name:  "list",
 				Usage: "list providers",
+				Description: `-o json|yaml always prints {"items": [...]}, also for zero or one provider.
+Warnings of the server (say, a corrupt record it skipped) go to stderr.`,
 				Action: func(c *cli.Context) error {
 					api, err := a.dialArgs(c, 0, "no arguments")
 					if err != nil {
 						return err
 					}
-					all, err := allPages(func(tok string) ([]*shoalv1.Provider, string, error) {
+					all, warnings, err := allPages(func(tok string) (listPage[*shoalv1.Provider], error) {
 						resp, err := api.ListProviders(c.Context, &shoalv1.ListProvidersRequest{Workspace: a.workspace, PageToken: tok})
-						return resp.GetItems(), resp.GetNextPageToken(), err
+						return listPage[*shoalv1.Provider]{resp.GetItems(), resp.GetWarnings(), resp.GetNextPageToken()}, err
 					})
+					a.out.warnings(warnings)
 					if err != nil {
 						return err
 					}
-					return a.out.providers(all...)
+					return a.out.providerList(all)
 				},
 			},
 			{
 				Name:      "update",
 				Usage:     "replace a provider's credentials, config or labels",
 				ArgsUsage: "NAME",
-				Description: `Each given flag replaces that whole map: --credential replaces all credentials.
-Sandboxes that already run keep the credentials they started with.`,
-				Flags: []cli.Flag{
-					&cli.StringSliceFlag{Name: "credential", Usage: "secret `KEY=VALUE`, repeatable; replaces all credentials"},
+				Description: `Each given kind of flag replaces that whole map: any credential flag
+replaces all credentials with the ones given. Sandboxes that already run keep
+the credentials they started with.
+
+  shoal provider update nvidia --credential-from-env NVIDIA_API_KEY
+
+` + credentialsHelp,
+				Flags: append([]cli.Flag{
 					&cli.StringSliceFlag{Name: "config", Usage: "plain `KEY=VALUE`, repeatable; replaces all config"},
 					&cli.StringSliceFlag{Name: "label", Usage: "`KEY=VALUE`, repeatable; replaces all labels"},
 					&cli.Int64Flag{Name: "if-version", Usage: "apply only at this resource `VERSION`"},
-				},
+				}, credentialFlags("; replaces all credentials")...),
 				Action: func(c *cli.Context) error {
 					if err := exactArgs(c, 1, "NAME"); err != nil {
 						return err
 					}
-					creds, err := parseKV("--credential", c.StringSlice("credential"))
+					if !credentialsSet(c) && !c.IsSet("config") && !c.IsSet("label") {
+						return usageError("provider update: give at least one of --credential-from-env, --credential-file, --credential, --config, --label")
+					}
+					creds, err := a.credentials(c)
 					if err != nil {
 						return err
 					}
@@ -133,58 +148,50 @@ Sandboxes that already run keep the credentials they started with.`,
 					if err != nil {
 						return err
 					}
-					if !c.IsSet("credential") && !c.IsSet("config") && !c.IsSet("label") {
-						return usageError("provider update: give at least one of --credential, --config, --label")
-					}
 					api, err := a.api()
 					if err != nil {
 						return err
 					}
 					p, err := api.UpdateProvider(c.Context, &shoalv1.UpdateProviderRequest{
 						Provider:          &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: c.Args().First(), Workspace: a.workspace, Labels: labels}, Credentials: creds, Config: conf},
-						UpdateCredentials: c.IsSet("credential"), UpdateConfig: c.IsSet("config"), UpdateLabels: c.IsSet("label"),
+						UpdateCredentials: credentialsSet(c), UpdateConfig: c.IsSet("config"), UpdateLabels: c.IsSet("label"),
 						ResourceVersion: c.Int64("if-version"),
 					})
 					if err != nil {
 						return err
 					}
-					return a.out.providers(p)
+					return a.out.provider(p)
 				},
 			},
 			{
 				Name:      "delete",
-				Usage:     "delete a provider",
+				Usage:     "delete providers",
 				ArgsUsage: "NAME...",
 				Description: `Fails while a live sandbox uses the provider, naming those sandboxes.
 If only sandboxes that are being deleted hold it, it becomes Terminating and is
-removed when they are gone; --wait returns then.`,
+removed when they are gone; --wait returns then.
+
+` + multiNameHelp,
 				Flags: []cli.Flag{
 					&cli.BoolFlag{Name: "wait", Usage: "return when the provider is gone"},
 					&cli.BoolFlag{Name: "ignore-not-found", Usage: "succeed if the provider does not exist"},
 					&cli.DurationFlag{Name: "timeout", Value: 5 * 60e9, Usage: "give up waiting after `DURATION`"},
 				},
 				Action: func(c *cli.Context) error {
-					if c.NArg() == 0 {
-						return usageError("provider delete takes NAME...")
-					}
-					api, err := a.api()
-					if err != nil {
-						return err
-					}
-					for _, name := range c.Args().Slice() {
+					return a.forEachName(c, "provider", func(api shoalv1.ShoalClient, name string) error {
 						ctx, cancel := a.timeoutCtx(c)
+						defer cancel()
 						var stop func(string)
 						if c.Bool("wait") {
 							stop = a.progress(fmt.Sprintf("deleting provider %s", name))
 						}
 						resp, err := api.DeleteProvider(ctx, &shoalv1.DeleteProviderRequest{Workspace: a.workspace, Name: name, Wait: c.Bool("wait")})
-						cancel()
 						if stop != nil {
 							stop("")
 						}
 						if err != nil {
 							if c.Bool("ignore-not-found") && a.classify(err).code == ExitNotFound {
-								continue
+								return nil
 							}
 							return err
 						}
@@ -193,8 +200,8 @@ removed when they are gone; --wait returns then.`,
 						} else {
 							fmt.Fprintf(a.stdout, "provider %s terminating (sandboxes being deleted still hold it)\n", name)
 						}
-					}
-					return nil
+						return nil
+					})
 				},
 			},
 		},

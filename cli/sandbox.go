@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -15,6 +17,7 @@ func (a *app) sandboxCmd() *cli.Command {
 		Name:    "sandbox",
 		Aliases: []string{"sandboxes", "sb"},
 		Usage:   "manage sandboxes",
+		Before:  func(*cli.Context) error { a.kind = "sandbox"; return nil },
 		Subcommands: []*cli.Command{
 			a.sandboxCreate(), a.sandboxGet(), a.sandboxList(), a.sandboxLabel(), a.sandboxDelete(),
 			a.sandboxExec(), a.sandboxLogs(), a.sandboxWatch(), a.sandboxAttach(true), a.sandboxAttach(false),
@@ -82,7 +85,7 @@ credentials in its environment. Without a command the image's default runs.
 			if err != nil {
 				return err
 			}
-			if err := a.out.sandboxes(sb); err != nil {
+			if err := a.out.sandbox(sb); err != nil {
 				return err
 			}
 			if req.Wait && sb.GetStatus().GetPhase() == shoalv1.SandboxPhase_ERROR {
@@ -108,7 +111,7 @@ func (a *app) sandboxGet() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return a.out.sandboxes(sb)
+			return a.out.sandbox(sb)
 		},
 	}
 }
@@ -117,6 +120,8 @@ func (a *app) sandboxList() *cli.Command {
 	return &cli.Command{
 		Name:  "list",
 		Usage: "list sandboxes",
+		Description: `-o json|yaml always prints {"items": [...]}, also for zero or one sandbox.
+Warnings of the server (say, a corrupt record it skipped) go to stderr.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "selector", Aliases: []string{"l"}, Usage: "label `SELECTOR`: k=v,k!=v,k,!k"},
 		},
@@ -125,14 +130,15 @@ func (a *app) sandboxList() *cli.Command {
 			if err != nil {
 				return err
 			}
-			all, err := allPages(func(tok string) ([]*shoalv1.Sandbox, string, error) {
+			all, warnings, err := allPages(func(tok string) (listPage[*shoalv1.Sandbox], error) {
 				resp, err := api.ListSandboxes(c.Context, &shoalv1.ListSandboxesRequest{Workspace: a.workspace, LabelSelector: c.String("selector"), PageToken: tok})
-				return resp.GetItems(), resp.GetNextPageToken(), err
+				return listPage[*shoalv1.Sandbox]{resp.GetItems(), resp.GetWarnings(), resp.GetNextPageToken()}, err
 			})
+			a.out.warnings(warnings)
 			if err != nil {
 				return err
 			}
-			return a.out.sandboxes(all...)
+			return a.out.sandboxList(all)
 		},
 	}
 }
@@ -175,7 +181,7 @@ func (a *app) sandboxLabel() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return a.out.sandboxes(sb)
+			return a.out.sandbox(sb)
 		},
 	}
 }
@@ -188,7 +194,10 @@ func (a *app) sandboxDelete() *cli.Command {
 		Description: `Marks each sandbox for deletion; the leader removes its container and record.
 This succeeds whatever else updates the sandbox meanwhile. --if-uid and
 --if-version make it apply only to the object you saw, so a stale delete
-never removes a same-name replacement.`,
+never removes a same-name replacement. A corrupt record (one that no longer
+decodes) is removed by name too.
+
+` + multiNameHelp,
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "wait", Usage: "return when the records are gone"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * 60e9, Usage: "give up waiting after `DURATION`"},
@@ -197,30 +206,28 @@ never removes a same-name replacement.`,
 			&cli.BoolFlag{Name: "ignore-not-found", Usage: "succeed for sandboxes that do not exist"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() == 0 {
-				return usageError("sandbox delete takes NAME...")
+			if (c.IsSet("if-uid") || c.IsSet("if-version")) && c.NArg() > 1 {
+				// A uid or version describes one object; with several names
+				// all but one would fail their precondition.
+				return usageError("--if-uid and --if-version apply to one sandbox; give one NAME per command")
 			}
-			api, err := a.api()
-			if err != nil {
-				return err
-			}
-			for _, name := range c.Args().Slice() {
+			return a.forEachName(c, "sandbox", func(api shoalv1.ShoalClient, name string) error {
 				var stop func(string)
 				if c.Bool("wait") {
 					stop = a.progress(fmt.Sprintf("deleting sandbox %s", name))
 				}
 				ctx, cancel := a.timeoutCtx(c)
+				defer cancel()
 				_, err := api.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{
 					Workspace: a.workspace, Name: name, Wait: c.Bool("wait"),
 					Preconditions: &shoalv1.Preconditions{Uid: c.String("if-uid"), ResourceVersion: c.Int64("if-version")},
 				})
-				cancel()
 				if stop != nil {
 					stop("")
 				}
 				if err != nil {
 					if c.Bool("ignore-not-found") && a.classify(err).code == ExitNotFound {
-						continue
+						return nil
 					}
 					return err
 				}
@@ -229,8 +236,8 @@ never removes a same-name replacement.`,
 				} else {
 					fmt.Fprintf(a.stdout, "sandbox %s deleting\n", name)
 				}
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 }
@@ -240,12 +247,16 @@ func (a *app) sandboxExec() *cli.Command {
 		Name:      "exec",
 		Usage:     "run a command in a sandbox",
 		ArgsUsage: "NAME -- CMD ARGS...",
-		Description: `Runs the command in the sandbox's container and prints its output.
-shoal exits with the command's exit code.
+		Description: `Runs the command in the sandbox's container and prints its output as it
+arrives: the command's stdout to stdout, its stderr to stderr. There is no
+limit on the output's size. shoal exits with the command's exit code; if the
+connection ends before that code arrives, shoal says so and exits 1 (the
+output may then be incomplete). --stdin sends up to 1 MiB of standard input.
 
-  shoal sandbox exec agent -- env`,
+  shoal sandbox exec agent -- env
+  shoal sandbox exec agent -- sh -c 'cat big.log' > big.log`,
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "send standard input to the command"},
+			&cli.BoolFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "send standard input (at most 1 MiB) to the command"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() < 2 {
@@ -253,9 +264,13 @@ shoal exits with the command's exit code.
 			}
 			var in []byte
 			if c.Bool("stdin") {
-				b, err := io.ReadAll(io.LimitReader(a.stdin, 1<<20))
+				b, err := io.ReadAll(io.LimitReader(a.stdin, maxExecStdin+1))
 				if err != nil {
 					return err
+				}
+				if len(b) > maxExecStdin {
+					// Truncating would run the command on input it was not given.
+					return usageError("--stdin: standard input is larger than %d bytes; copy big inputs in with several calls or mount them instead", maxExecStdin)
 				}
 				in = b
 			}
@@ -263,34 +278,66 @@ shoal exits with the command's exit code.
 			if err != nil {
 				return err
 			}
-			stream, err := api.Exec(c.Context, &shoalv1.ExecRequest{Workspace: a.workspace, Name: c.Args().First(), Command: c.Args().Tail(), Stdin: in})
+			name := c.Args().First()
+			// Cancelled on return: execOutput stops reading at the exit
+			// code, and the cancel releases the rest of the call.
+			ctx, cancel := context.WithCancel(c.Context)
+			defer cancel()
+			stream, err := api.Exec(ctx, &shoalv1.ExecRequest{Workspace: a.workspace, Name: name, Command: c.Args().Tail(), Stdin: in})
 			if err != nil {
 				return err
 			}
-			var last *shoalv1.ExecChunk
-			err = recvAll(c.Context, stream.Recv, func(chunk *shoalv1.ExecChunk) error {
-				w := a.stdout
-				if chunk.Stream == "stderr" {
-					w = a.stderr
-				}
-				if chunk.Exited {
-					last = chunk
-					return nil
-				}
-				_, err := w.Write(chunk.Data)
-				return err
-			})
-			if err != nil {
-				return err
-			}
-			if last == nil {
-				return fmt.Errorf("exec: the stream ended before the command's exit code arrived; the command may still have run")
-			}
-			if last.ExitCode != 0 {
-				return &exitError{code: int(last.ExitCode)}
-			}
-			return nil
+			return a.execOutput(ctx, name, stream)
 		},
+	}
+}
+
+// maxExecStdin bounds what exec --stdin sends, in one request message.
+const maxExecStdin = 1 << 20
+
+// execOutput writes the output chunks of an exec stream as they arrive and
+// returns the command's exit code as an error (nil for 0). The last chunk
+// carries the exit code and follows all output, so the output is complete
+// once it arrives; a stream that ends without it is an error, never a
+// success, since the output may be cut short.
+func (a *app) execOutput(ctx context.Context, name string, stream shoalv1.Shoal_ExecClient) error {
+	var exit *shoalv1.ExecChunk
+	for exit == nil {
+		chunk, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return &exitError{code: ExitError, msg: "exec interrupted; the node stops the command when the call ends"}
+			}
+			return err
+		}
+		if chunk.Exited {
+			exit = chunk
+			break
+		}
+		w := a.stdout
+		if chunk.Stream == "stderr" {
+			w = a.stderr
+		}
+		if _, err := w.Write(chunk.Data); err != nil {
+			return fmt.Errorf("exec: writing the command's %s: %w", chunk.Stream, err)
+		}
+	}
+	if exit == nil {
+		return &exitError{code: ExitError,
+			msg:  fmt.Sprintf("exec in sandbox %s: the stream ended before the command's exit code arrived, so the output above may be incomplete", name),
+			hint: "the connection or the node failed; the command may have run anyway. Check `shoal sandbox get " + name + "` and run it again if it is safe to"}
+	}
+	switch code := exit.ExitCode; {
+	case code == 0:
+		return nil
+	case code < 0 || code > 255:
+		// A process exit status cannot carry it: 256 would read as 0.
+		return &exitError{code: ExitError, msg: fmt.Sprintf("exec: the command ended with status %d, which no exit code can carry", code)}
+	default:
+		return &exitError{code: int(code)}
 	}
 }
 
@@ -346,7 +393,7 @@ func (a *app) sandboxWatch() *cli.Command {
 			}
 			return recvAll(c.Context, stream.Recv, func(ev *shoalv1.WatchEvent) error {
 				if a.out.format != formatTable {
-					return a.out.objects(nil, nil, ev)
+					return a.out.object(ev)
 				}
 				sb := ev.Sandbox
 				_, err := fmt.Fprintf(a.stdout, "%-8s %-24s %-12s rv=%d\n", ev.Type, sb.GetMeta().GetName(),
@@ -383,7 +430,7 @@ deleted), and applies to the container at its next start.`,
 			if err != nil {
 				return err
 			}
-			return a.out.sandboxes(sb)
+			return a.out.sandbox(sb)
 		},
 	}
 }
