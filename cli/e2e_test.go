@@ -11,6 +11,7 @@ import (
 	"time"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/apiserver"
 	"shoal/cli"
 	"shoal/internal/testenv"
 )
@@ -121,6 +122,12 @@ func TestBadInputThroughBinary(t *testing.T) {
 		{[]string{"sandbox", "create", "ok", "--provider", "UPPER"}, "sandbox.spec.providers[0]"},
 		{[]string{"provider", "create", "p", "--type", "nvidia", "--credential", "bad-key=x"}, "provider.credentials"},
 		{[]string{"sandbox", "list", "--selector", "=x"}, "label_selector"},
+		{[]string{"sandbox", "create", "ok", "--cpu-millis", "288230376151712204"}, "sandbox.spec.resources.cpu_millis"},
+		{[]string{"sandbox", "create", "ok", "--memory-mib", "8796093022208"}, "--memory-mib"},
+		{[]string{"sandbox", "create", "ok", "--image", "UPPER/Case:!!"}, "sandbox.spec.image"},
+		{[]string{"sandbox", "create", "ok", "--image", "../../etc/passwd"}, "sandbox.spec.image"},
+		{[]string{"provider", "create", "p", "--type", "nvidia", "--config", "k\x01ey=v"}, "provider.config"},
+		{[]string{"sandbox", "label", "ok", "a=b", "--if-version", "-3"}, "resource_version"},
 	} {
 		r := run(t, bin, ep, tc.args...)
 		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tc.field) {
@@ -129,11 +136,11 @@ func TestBadInputThroughBinary(t *testing.T) {
 	}
 	// Too many providers.
 	args := []string{"sandbox", "create", "ok"}
-	for i := range 33 {
+	for i := range apiserver.MaxProviders + 1 {
 		args = append(args, "--provider", "p"+string(rune('a'+i%26))+string(rune('a'+i/26)))
 	}
 	if r := run(t, bin, ep, args...); r.code != cli.ExitUsage || !strings.Contains(r.stderr, "sandbox.spec.providers") {
-		t.Errorf("33 providers: exit %d, %q", r.code, r.stderr)
+		t.Errorf("%d providers: exit %d, %q", apiserver.MaxProviders+1, r.code, r.stderr)
 	}
 	ctx := context.Background()
 	sbs, err := n.Client.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{})

@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/apiserver"
 )
 
 func (a *app) sandboxCmd() *cli.Command {
@@ -59,6 +60,11 @@ credentials in its environment. Without a command the image's default runs.
 			}
 			if c.Int64("cpu-millis") < 0 || c.Int64("memory-mib") < 0 {
 				return usageError("--cpu-millis and --memory-mib must not be negative")
+			}
+			if mib := c.Int64("memory-mib"); mib > apiserver.MaxMemoryBytes>>20 {
+				// Checked here: in bytes it would overflow before the
+				// server could name the field.
+				return usageError("--memory-mib: %d is over the maximum of %d MiB", mib, int64(apiserver.MaxMemoryBytes>>20))
 			}
 			api, err := a.api()
 			if err != nil {
