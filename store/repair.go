@@ -60,11 +60,10 @@ func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string, fence 
 		}
 		rev = resp.Kvs[0].ModRevision
 	}
-	tx, err := s.c.Txn(ctx).If(
+	tx, err := s.c.Txn(ctx).If(fenced(fence,
 		clientv3.Compare(clientv3.Value(intent), "=", uid),
 		clientv3.Compare(clientv3.ModRevision(key), "=", rev),
-		fence.cmp(),
-	).Then(clientv3.OpDelete(intent)).Commit()
+	)...).Then(clientv3.OpDelete(intent)).Commit()
 	if err != nil {
 		return false, etcdErr(ctx, err)
 	}
@@ -105,11 +104,10 @@ func (s *Store) CollectAttachments(ctx context.Context, fence *Fence) (int, erro
 			if exists[sbKey] {
 				continue
 			}
-			tx, err := s.c.Txn(ctx).If(
+			tx, err := s.c.Txn(ctx).If(fenced(fence,
 				clientv3.Compare(clientv3.CreateRevision(sbKey), "=", 0),
 				clientv3.Compare(clientv3.Value(string(kv.Key)), "=", string(kv.Value)),
-				fence.cmp(),
-			).Then(clientv3.OpDelete(string(kv.Key))).Commit()
+			)...).Then(clientv3.OpDelete(string(kv.Key))).Commit()
 			if err != nil {
 				return removed, etcdErr(ctx, err)
 			}
@@ -120,4 +118,13 @@ func (s *Store) CollectAttachments(ctx context.Context, fence *Fence) (int, erro
 		}
 	}
 	return removed, nil
+}
+
+// fenced adds the fence's compare, if there is a fence (tests repair
+// without one).
+func fenced(f *Fence, cmps ...clientv3.Cmp) []clientv3.Cmp {
+	if f != nil {
+		cmps = append(cmps, f.cmp())
+	}
+	return cmps
 }
