@@ -2,7 +2,9 @@ package apiserver_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -237,5 +239,52 @@ func TestLargestObjectsLiveTheirWholeLife(t *testing.T) {
 	_, err = c.UpdateProvider(ctx, &shoalv1.UpdateProviderRequest{Provider: &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: "grow"}, Credentials: more}, UpdateCredentials: true})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("update over the budget: %v, want INVALID_ARGUMENT", err)
+	}
+}
+
+// Lists page by bytes as well as count: 80 sandboxes with 60 KiB of
+// annotations each (4.8 MB) list completely through a client with gRPC's
+// default 4 MiB receive limit, and through the CLI.
+func TestListOfLargeRecordsFitsEveryPage(t *testing.T) {
+	testenv.RequireDocker(t)
+	n := testenv.StartNode(t, testenv.NodeConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := range 80 {
+		sb := &shoalv1.Sandbox{
+			Meta: &shoalv1.ObjectMeta{Name: fmt.Sprintf("big-%02d", i), Annotations: map[string]string{"blob": strings.Repeat("a", 60<<10)}},
+			Spec: &shoalv1.SandboxSpec{Image: "shoal/sandbox:dev"},
+			// On no node of this test: no containers needed.
+			Status: &shoalv1.SandboxStatus{Node: "elsewhere"},
+		}
+		if _, err := n.Store().CreateSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen, pages, tok := 0, 0, ""
+	for {
+		resp, err := n.Client.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageToken: tok})
+		if err != nil {
+			t.Fatalf("page %d: %v", pages+1, err)
+		}
+		pages++
+		seen += len(resp.Items)
+		if size := proto.Size(resp); size > apiserver.MaxListPageBytes+store.MaxStoredBytes {
+			t.Fatalf("page of %d bytes", size)
+		}
+		if tok = resp.NextPageToken; tok == "" {
+			break
+		}
+	}
+	if seen != 80 || pages < 3 {
+		t.Fatalf("%d sandboxes over %d pages; want 80 over at least 3", seen, pages)
+	}
+	out, err := exec.CommandContext(ctx, testenv.Binary(t), "--endpoint", n.Addr(), "sandbox", "list", "-o", "json").Output()
+	if err != nil {
+		t.Fatalf("shoal sandbox list: %v", err)
+	}
+	var items struct{ Items []json.RawMessage }
+	if err := json.Unmarshal(out, &items); err != nil || len(items.Items) != 80 {
+		t.Fatalf("shoal sandbox list -o json: %d items, %v", len(items.Items), err)
 	}
 }

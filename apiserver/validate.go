@@ -20,12 +20,12 @@ import (
 // for it fits etcd's request limit (store/limits.go) and it can always be
 // updated, labelled and deleted. TestLimitsFitTheStoreBudget checks the sum.
 const (
-	MaxNameLen        = 63
-	MaxProviders      = store.MaxProvidersPerSandbox
-	MaxEnv            = 128
-	MaxEnvValue       = 8 << 10
-	MaxLabels         = 64
-	MaxLabelValue     = 63
+	MaxNameLen    = 63
+	MaxProviders  = store.MaxProvidersPerSandbox
+	MaxEnv        = 128
+	MaxEnvValue   = 8 << 10
+	MaxLabels     = 64
+	MaxLabelValue = 63
 	// MaxAnnotationSize bounds the encoded annotations of an object.
 	MaxAnnotationSize = 64 << 10
 	// MaxSpecBytes bounds a sandbox's encoded spec (image, command, env,
@@ -39,11 +39,11 @@ const (
 	// capacity is consulted, so that no conversion overflows.
 	MaxCPUMillis   = 1 << 20 // 1048 cores
 	MaxMemoryBytes = 1 << 46 // 64 TiB
-	MaxCredentials    = 64
-	MaxCommandArgs    = 256
-	MaxArgLen         = 8 << 10
-	MaxImageLen       = 255
-	MaxPageSize       = 1000
+	MaxCredentials = 64
+	MaxCommandArgs = 256
+	MaxArgLen      = 8 << 10
+	MaxImageLen    = 255
+	MaxPageSize    = 1000
 	// MaxRequestBytes bounds any single request message.
 	MaxRequestBytes = 4 << 20
 	// MaxResponseBytes bounds any single response or stream message the
