@@ -66,17 +66,17 @@ func (s *Store) MarkSandboxDeleting(ctx context.Context, ws, name string, pre Pr
 			return nil, shoal.NotFound("sandbox %q not found", name)
 		}
 		kv := resp.Kvs[0]
-		cur, err := sandboxCodec.decode(kv)
-		if shoal.KindOf(err) == shoal.KindDataLoss {
-			sb, err := s.removeCorruptSandbox(ctx, ws, name, kv, pre)
-			if err != errRetry {
-				return sb, err
+		cur, derr := sandboxCodec.decode(kv)
+		if shoal.KindOf(derr) == shoal.KindDataLoss {
+			sb, rerr := s.removeCorruptSandbox(ctx, ws, name, kv, pre)
+			if rerr != errRetry {
+				return sb, rerr
 			}
-			resp, err = s.c.Get(ctx, key)
+			resp, err = s.c.Get(ctx, key) // changed under the repair: read again
 			continue
 		}
-		if err != nil {
-			return nil, err
+		if derr != nil {
+			return nil, derr
 		}
 		if err := pre.check("sandbox", cur.Meta); err != nil {
 			return nil, err
