@@ -188,6 +188,19 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	openWatch()
 	openEvents()
+	defer func() {
+		// ctx has ended: the stream goroutines close their channels as
+		// they return. Wait for the open ones (a broken one is closed).
+		cancel()
+		if sandboxes != nil {
+			for range sandboxes {
+			}
+		}
+		if devents != nil {
+			for range devents {
+			}
+		}
+	}()
 	rewatch := newIdleTimer()
 	defer rewatch.Stop()
 	resubscribe := newIdleTimer()

@@ -75,8 +75,13 @@ func (s *Server) admit(ctx context.Context, spec *shoalv1.SandboxSpec) error {
 func (s *Server) waitProvisioned(ctx context.Context, sb *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
 	m := sb.Meta
 	ctx, cancel := s.bindShutdown(ctx)
-	defer cancel()
-	for ev := range s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion) {
+	events := s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion)
+	defer func() {
+		cancel()
+		for range events { // until the watch goroutine has returned
+		}
+	}()
+	for ev := range events {
 		if ev.Err != nil {
 			return nil, ev.Err
 		}
@@ -236,8 +241,14 @@ func (s *Server) WatchSandboxes(req *shoalv1.WatchSandboxesRequest, stream shoal
 		return err
 	}
 	defer release()
-	ctx := stream.Context()
-	for ev := range s.cfg.Store.WatchSandboxes(ctx, ws(req.Workspace), req.Name, req.ResourceVersion) {
+	ctx, cancel := context.WithCancel(stream.Context())
+	events := s.cfg.Store.WatchSandboxes(ctx, ws(req.Workspace), req.Name, req.ResourceVersion)
+	defer func() {
+		cancel()
+		for range events { // until the watch goroutine has returned
+		}
+	}()
+	for ev := range events {
 		if ev.Err != nil {
 			return ev.Err
 		}
