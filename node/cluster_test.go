@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	"github.com/google/uuid"
@@ -36,7 +37,7 @@ func orphan(t *testing.T, ctx context.Context, dc *client.Client, node, cluster 
 
 func exists(ctx context.Context, dc *client.Client, id string) (bool, error) {
 	_, err := dc.ContainerInspect(ctx, id)
-	if client.IsErrNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return false, nil
 	}
 	return err == nil, err

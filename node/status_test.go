@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	shoalv1 "shoal/api/shoal/v1"
 	"shoal/agent"
+	shoalv1 "shoal/api/shoal/v1"
 	"shoal/internal/testenv"
 )
 
