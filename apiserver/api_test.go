@@ -83,7 +83,13 @@ func TestBadInputThroughAPI(t *testing.T) {
 			_, err := c.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{LabelSelector: "a=b,,c"})
 			return err
 		}, "label_selector"},
-		{"exec no command", func() error { _, err := c.Exec(ctx, &shoalv1.ExecRequest{Name: "a"}); return err }, "command"},
+		{"exec no command", func() error {
+			stream, err := c.Exec(ctx, &shoalv1.ExecRequest{Name: "a"})
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			return err
+		}, "command"},
 		{"attach bad provider", func() error {
 			_, err := c.AttachProvider(ctx, &shoalv1.AttachProviderRequest{Name: "a", Provider: "No"})
 			return err
