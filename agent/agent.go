@@ -87,6 +87,10 @@ type Agent struct {
 	attempts map[string]int // sandbox uid → failed provisioning attempts
 }
 
+// runTimeout bounds one container create and start, which shutdown
+// waits for.
+const runTimeout = 30 * time.Second
+
 // MaxProvisionAttempts is how often a container start is tried before the
 // sandbox is put in ERROR.
 const MaxProvisionAttempts = 5
@@ -401,7 +405,13 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	if len(spec.GetCommand()) > 0 {
 		settle = a.cfg.StartupWindow
 	}
-	id, err := a.cfg.Runtime.Run(ctx, docker.Spec{
+	// The container is made even if the node shuts down meanwhile: the
+	// engine finishes a create whose caller hung up, and that container
+	// would then appear after the agent has stopped, created but never
+	// started. Shutdown waits for the call instead (bounded).
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runTimeout)
+	defer cancel()
+	id, err := a.cfg.Runtime.Run(rctx, docker.Spec{
 		UID: sb.Meta.Uid, Name: sb.Meta.Name, Workspace: sb.Meta.Workspace,
 		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets,
 		CPUMillis: spec.GetResources().GetCpuMillis(), MemoryBytes: spec.GetResources().GetMemoryBytes(),
