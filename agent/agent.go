@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -20,6 +21,17 @@ import (
 	"shoal/store"
 	"shoal/workqueue"
 )
+
+// Store is what the agent needs of the state store.
+type Store interface {
+	GetSandbox(ctx context.Context, ws, name string) (*shoalv1.Sandbox, error)
+	ListSandboxes(ctx context.Context, ws string, o store.ListOptions, keep func(*shoalv1.Sandbox) bool) (store.Page[*shoalv1.Sandbox], error)
+	UpdateSandbox(ctx context.Context, ws, name string, pre store.Preconditions, mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error)
+	WatchSandboxes(ctx context.Context, ws, name string, fromRev int64) <-chan store.Event[*shoalv1.Sandbox]
+	GetProvider(ctx context.Context, ws, name string) (*shoalv1.Provider, error)
+}
+
+var _ Store = (*store.Store)(nil)
 
 // Runtime is what the agent needs of the container runtime.
 type Runtime interface {
@@ -35,7 +47,7 @@ var _ Runtime = (*docker.Runtime)(nil)
 // Config of an Agent.
 type Config struct {
 	Node    string
-	Store   *store.Store
+	Store   Store
 	Runtime Runtime
 	// Workers provision and sync sandboxes in parallel.
 	Workers int
@@ -45,9 +57,24 @@ type Config struct {
 	// OrphanGrace is how long a container must be seen without a record
 	// before it is reaped.
 	OrphanGrace time.Duration
-	Logger      *slog.Logger
-	Tracer      trace.Tracer
+	// StartupWindow is how long a sandbox with its own command is watched
+	// after its start before it is reported READY: a command that ends
+	// within it (`create --wait -- true`) is reported STOPPED with its exit
+	// code instead of READY. Sandboxes that run the image's own command
+	// (the long-running agent) are not held back, so the usual
+	// create-to-READY path pays nothing. Docker learns of an exit some
+	// 100 ms after it happens.
+	StartupWindow time.Duration
+	// RestartDelay and MaxRestartDelay bound the backoff before a broken
+	// sandbox watch or Docker event stream is opened again.
+	RestartDelay    time.Duration
+	MaxRestartDelay time.Duration
+	Logger          *slog.Logger
+	Tracer          trace.Tracer
 }
+
+// DefaultStartupWindow is Config.StartupWindow's default.
+const DefaultStartupWindow = 500 * time.Millisecond
 
 // Agent is the node-local reconciler.
 type Agent struct {
@@ -59,6 +86,10 @@ type Agent struct {
 	reaped   int
 	attempts map[string]int // sandbox uid → failed provisioning attempts
 }
+
+// runTimeout bounds one container create and start, which shutdown
+// waits for.
+const runTimeout = 30 * time.Second
 
 // MaxProvisionAttempts is how often a container start is tried before the
 // sandbox is put in ERROR.
@@ -89,6 +120,15 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.OrphanGrace <= 0 {
 		cfg.OrphanGrace = 30 * time.Second
+	}
+	if cfg.StartupWindow <= 0 {
+		cfg.StartupWindow = DefaultStartupWindow
+	}
+	if cfg.RestartDelay <= 0 {
+		cfg.RestartDelay = 100 * time.Millisecond
+	}
+	if cfg.MaxRestartDelay < cfg.RestartDelay {
+		cfg.MaxRestartDelay = max(30*time.Second, cfg.RestartDelay)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -130,9 +170,45 @@ func (a *Agent) Start(ctx context.Context) error {
 		})
 	}()
 
-	sandboxes := a.cfg.Store.WatchSandboxes(ctx, "", "", 0)
-	devents, derrs := a.cfg.Runtime.Events(ctx)
+	// A broken stream is opened again after a backoff, not at once: a
+	// watch that breaks as soon as it opens (etcd without a leader, an
+	// engine that refuses the events call) must not spin.
+	var sandboxes <-chan store.Event[*shoalv1.Sandbox]
+	var devents <-chan docker.Event
+	var derrs <-chan error
 	byUID := map[string]item{} // container uid label → sandbox, for events
+	watchBO := &backoff{min: a.cfg.RestartDelay, max: a.cfg.MaxRestartDelay}
+	eventsBO := &backoff{min: a.cfg.RestartDelay, max: a.cfg.MaxRestartDelay}
+	openWatch := func() {
+		// From 0 the watch first replays every record, so byUID is
+		// rebuilt from scratch and drops sandboxes deleted meanwhile.
+		clear(byUID)
+		watchBO.opened(time.Now())
+		sandboxes = a.cfg.Store.WatchSandboxes(ctx, "", "", 0)
+	}
+	openEvents := func() {
+		eventsBO.opened(time.Now())
+		devents, derrs = a.cfg.Runtime.Events(ctx)
+	}
+	openWatch()
+	openEvents()
+	defer func() {
+		// ctx has ended: the stream goroutines close their channels as
+		// they return. Wait for the open ones (a broken one is closed).
+		cancel()
+		if sandboxes != nil {
+			for range sandboxes {
+			}
+		}
+		if devents != nil {
+			for range devents {
+			}
+		}
+	}()
+	rewatch := newIdleTimer()
+	defer rewatch.Stop()
+	resubscribe := newIdleTimer()
+	defer resubscribe.Stop()
 	tick := time.NewTicker(a.cfg.Resync)
 	defer tick.Stop()
 	for {
@@ -144,8 +220,10 @@ func (a *Agent) Start(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				a.log.Warn("sandbox watch broke; restarting it", "err", ev.Err)
-				sandboxes = a.cfg.Store.WatchSandboxes(ctx, "", "", 0)
+				sandboxes = nil
+				d := watchBO.next(time.Now())
+				a.log.Warn("sandbox watch broke; restarting it", "err", ev.Err, "after", d)
+				rewatch.Reset(d)
 				continue
 			}
 			sb := ev.Object
@@ -161,6 +239,8 @@ func (a *Agent) Start(ctx context.Context) error {
 			if sb.Meta.DeletionTimestamp == nil && sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING {
 				q.Add(it)
 			}
+		case <-rewatch.C:
+			openWatch()
 		case ev, ok := <-devents:
 			if !ok {
 				devents = nil
@@ -170,18 +250,51 @@ func (a *Agent) Start(ctx context.Context) error {
 				q.Add(it)
 			}
 		case err, ok := <-derrs:
-			if !ok {
-				derrs = nil
-			}
 			if ctx.Err() != nil {
 				return nil
 			}
-			a.log.Warn("docker event stream broke; resubscribing", "err", err)
-			devents, derrs = a.cfg.Runtime.Events(ctx)
+			// Events sends at most one error, then closes both channels;
+			// a close without an error is a stream that ended as well.
+			devents, derrs = nil, nil
+			if !ok {
+				err = errors.New("event stream ended")
+			}
+			d := eventsBO.next(time.Now())
+			a.log.Warn("docker event stream broke; resubscribing", "err", err, "after", d)
+			resubscribe.Reset(d)
+		case <-resubscribe.C:
+			openEvents()
 		case <-tick.C:
 			a.resync(ctx, q)
 		}
 	}
+}
+
+// newIdleTimer returns a stopped timer, to be Reset when needed.
+func newIdleTimer() *time.Timer {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// backoff is the delay before a broken stream is opened again: it doubles
+// from min up to max with each break, and starts over from min once a
+// stream has lived longer than max (it was healthy, the break is news).
+type backoff struct {
+	min, max time.Duration
+	cur      time.Duration
+	since    time.Time // when the current stream was opened
+}
+
+func (b *backoff) opened(now time.Time) { b.since = now }
+
+func (b *backoff) next(now time.Time) time.Duration {
+	if b.cur == 0 || now.Sub(b.since) > b.max {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
 }
 
 // resync queues every sandbox of this node and reaps orphans. Containers
@@ -237,8 +350,12 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 	}
 	a.mu.Unlock()
 	for _, c := range reap {
-		// Re-check the record by name: the lists above are a snapshot.
-		if sb, err := a.cfg.Store.GetSandbox(ctx, c.Workspace, c.Name); err == nil && sb.Meta.Uid == c.UID {
+		// Re-check the record by name: the lists above are a snapshot. Only
+		// a record that is gone, or is another uid's, makes the container
+		// an orphan; a record that cannot be read now (etcd trouble, or a
+		// corrupt value whose uid is unknown) spares it.
+		sb, err := a.cfg.Store.GetSandbox(ctx, c.Workspace, c.Name)
+		if err == nil && sb.Meta.Uid == c.UID || err != nil && shoal.KindOf(err) != shoal.KindNotFound {
 			continue
 		}
 		if err := a.cfg.Runtime.RemoveContainer(ctx, c.ID); err != nil {
@@ -275,7 +392,7 @@ func (a *Agent) reconcile(ctx context.Context, it item) error {
 func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	ctx, span := a.cfg.Tracer.Start(ctx, "agent.Provision")
 	defer span.End()
-	env, err := a.environment(ctx, sb)
+	env, secrets, err := a.environment(ctx, sb)
 	if err != nil {
 		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 			st.Phase = shoalv1.SandboxPhase_ERROR
@@ -284,21 +401,38 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 		})
 	}
 	spec := sb.GetSpec()
-	id, err := a.cfg.Runtime.Run(ctx, docker.Spec{
+	var settle time.Duration
+	if len(spec.GetCommand()) > 0 {
+		settle = a.cfg.StartupWindow
+	}
+	// The container is made even if the node shuts down meanwhile: the
+	// engine finishes a create whose caller hung up, and that container
+	// would then appear after the agent has stopped, created but never
+	// started. Shutdown waits for the call instead (bounded).
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runTimeout)
+	defer cancel()
+	id, err := a.cfg.Runtime.Run(rctx, docker.Spec{
 		UID: sb.Meta.Uid, Name: sb.Meta.Name, Workspace: sb.Meta.Workspace,
-		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env,
+		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets,
 		CPUMillis: spec.GetResources().GetCpuMillis(), MemoryBytes: spec.GetResources().GetMemoryBytes(),
+		Settle: settle,
 	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
 		}
-		// A Docker hiccup is retried (the queue backs off); a missing image
-		// or repeated failure is reported as ERROR.
-		if shoal.KindOf(err) != shoal.KindFailedPrecondition && a.attempt(sb.Meta.Uid) < MaxProvisionAttempts {
+		// A Docker hiccup is retried (the queue backs off); what Docker
+		// refused (a missing image, limits it rejects, a command it
+		// cannot start) or repeated failure is reported as ERROR, in
+		// Docker's words: Run has scrubbed them of credentials.
+		permanent := shoal.KindOf(err) == shoal.KindFailedPrecondition
+		if !permanent && a.attempt(sb.Meta.Uid) < MaxProvisionAttempts {
 			return fmt.Errorf("provision %s: %w", sb.Meta.Name, err)
 		}
-		msg := fmt.Sprintf("container could not be started: %v", err)
+		msg := err.Error()
+		if !permanent {
+			msg = fmt.Sprintf("container could not be started after %d attempts: %v", MaxProvisionAttempts, err)
+		}
 		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 			st.Phase = shoalv1.SandboxPhase_ERROR
 			st.ContainerId = id
@@ -309,11 +443,19 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	a.mu.Lock()
 	delete(a.attempts, sb.Meta.Uid)
 	a.mu.Unlock()
+	// Report what the container is doing now, not what it was asked to
+	// do: a command that already ended is STOPPED (or ERROR), never READY.
+	// If it ends after this look, its die event queues this sandbox again
+	// and, since the queue runs one key at a time, that sync comes after
+	// this write and corrects it.
+	state, err := a.cfg.Runtime.Inspect(ctx, id)
+	if err != nil {
+		return err
+	}
 	if err := a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
-		st.Phase = shoalv1.SandboxPhase_READY
 		st.ContainerId = id
-		st.Message = ""
 		setCondition(st, "Provisioned", "True", "ContainerStarted", "")
+		observe(st, id, state)
 	}); err != nil {
 		return err
 	}
@@ -329,8 +471,9 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 
 // environment is the container's env: the sandbox's spec.env, then each
 // provider's credentials (credentials win on a clash: a sandbox cannot
-// shadow the secret it was attached to).
-func (a *Agent) environment(ctx context.Context, sb *shoalv1.Sandbox) ([]string, error) {
+// shadow the secret it was attached to). secrets are the credential
+// values, which must never reach an error or a status message.
+func (a *Agent) environment(ctx context.Context, sb *shoalv1.Sandbox) (env, secrets []string, err error) {
 	vars := map[string]string{}
 	for k, v := range sb.GetSpec().GetEnv() {
 		vars[k] = v
@@ -338,20 +481,21 @@ func (a *Agent) environment(ctx context.Context, sb *shoalv1.Sandbox) ([]string,
 	for _, p := range sb.GetSpec().GetProviders() {
 		prov, err := a.cfg.Store.GetProvider(ctx, sb.Meta.Workspace, p)
 		if err != nil {
-			return nil, fmt.Errorf("provider %q: %w", p, err)
+			return nil, nil, fmt.Errorf("provider %q: %w", p, err)
 		}
 		for k, v := range prov.Credentials {
 			vars[k] = v
+			secrets = append(secrets, v)
 		}
 	}
 	vars["SHOAL_SANDBOX"] = sb.Meta.Name
 	vars["SHOAL_WORKSPACE"] = sb.Meta.Workspace
-	env := make([]string, 0, len(vars))
+	env = make([]string, 0, len(vars))
 	for k, v := range vars {
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	return env, nil
+	return env, secrets, nil
 }
 
 func (a *Agent) syncStatus(ctx context.Context, sb *shoalv1.Sandbox) error {
@@ -363,29 +507,50 @@ func (a *Agent) syncStatus(ctx context.Context, sb *shoalv1.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
-		switch {
-		case !st.Exists:
-			s.Phase = shoalv1.SandboxPhase_ERROR
-			s.Message = fmt.Sprintf("container %s was removed outside shoal; delete the sandbox and create it again", id[:min(12, len(id))])
-			setCondition(s, "ContainerPresent", "False", "RemovedExternally", s.Message)
-		case st.Running:
-			s.Phase = shoalv1.SandboxPhase_READY
-			s.Message = ""
-			setCondition(s, "ContainerPresent", "True", "Running", "")
-		case st.OOM:
-			s.Phase = shoalv1.SandboxPhase_ERROR
-			s.ExitCode = int32(st.ExitCode)
-			s.Message = "container was killed: out of memory"
-			setCondition(s, "ContainerPresent", "True", "OOMKilled", s.Message)
-		default:
-			s.Phase = shoalv1.SandboxPhase_STOPPED
-			s.ExitCode = int32(st.ExitCode)
-			s.Message = fmt.Sprintf("container exited with code %d", st.ExitCode)
-			setCondition(s, "ContainerPresent", "True", "Exited", s.Message)
-		}
-	})
+	return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) { observe(s, id, st) })
 }
+
+// observe sets the phase that the container's state means.
+func observe(s *shoalv1.SandboxStatus, id string, st docker.State) {
+	switch {
+	case !st.Exists:
+		s.Phase = shoalv1.SandboxPhase_ERROR
+		s.Message = fmt.Sprintf("container %s was removed outside shoal; delete the sandbox and create it again", id[:min(12, len(id))])
+		setCondition(s, "ContainerPresent", "False", "RemovedExternally", s.Message)
+	case st.Paused:
+		// Docker counts a paused container as running, but nothing runs
+		// in it and exec fails: READY would lie.
+		s.Phase = shoalv1.SandboxPhase_PAUSED
+		s.Message = "container is paused (docker pause); exec fails until it is unpaused (docker unpause)"
+		setCondition(s, "ContainerPresent", "True", "Paused", s.Message)
+	case st.Running:
+		s.Phase = shoalv1.SandboxPhase_READY
+		s.Message = ""
+		setCondition(s, "ContainerPresent", "True", "Running", "")
+	case st.Error != "":
+		// Docker could not start the process (exit code 128 says only
+		// that); its own reason says why.
+		s.Phase = shoalv1.SandboxPhase_ERROR
+		s.ExitCode = int32(st.ExitCode)
+		s.Message = "Docker could not start the container: " + st.Error
+		setCondition(s, "ContainerPresent", "True", "StartFailed", s.Message)
+	case st.OOM:
+		s.Phase = shoalv1.SandboxPhase_ERROR
+		s.ExitCode = int32(st.ExitCode)
+		s.Message = "container was killed: out of memory"
+		setCondition(s, "ContainerPresent", "True", "OOMKilled", s.Message)
+	default:
+		s.Phase = shoalv1.SandboxPhase_STOPPED
+		s.ExitCode = int32(st.ExitCode)
+		s.Message = fmt.Sprintf("container exited with code %d", st.ExitCode)
+		setCondition(s, "ContainerPresent", "True", "Exited", s.Message)
+	}
+}
+
+// MaxMessageBytes bounds status.message and every condition message the
+// agent writes. Docker's error text has no bound of its own, and a
+// status is part of the sandbox's size budget in etcd.
+const MaxMessageBytes = 1024
 
 // setStatus applies a status change through the update loop, unless the
 // sandbox was replaced or is being deleted meanwhile.
@@ -399,6 +564,10 @@ func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*sh
 				sb.Status = &shoalv1.SandboxStatus{}
 			}
 			f(sb.Status)
+			sb.Status.Message = truncate(sb.Status.Message, MaxMessageBytes)
+			for _, c := range sb.Status.Conditions {
+				c.Message = truncate(c.Message, MaxMessageBytes)
+			}
 			return nil
 		})
 	switch shoal.KindOf(err) {
@@ -406,6 +575,19 @@ func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*sh
 		return nil // gone, replaced or being deleted: teardown owns it now
 	}
 	return err
+}
+
+// truncate cuts s to at most n bytes on a UTF-8 boundary, marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "..."
+	cut := n - len(mark)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
 }
 
 // setCondition sets a condition, moving its transition time only when its

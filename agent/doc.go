@@ -2,13 +2,21 @@
 //
 //   - provisioning: a PROVISIONING sandbox assigned to this node gets its
 //     container, with its providers' credentials as environment variables;
+//     what Docker refuses is ERROR at once, in Docker's words;
 //   - status sync: Docker's event stream plus a periodic resync update
-//     sandbox status through the store's update loop (READY, STOPPED,
-//     ERROR). A container removed behind shoal's back puts its sandbox in
-//     ERROR with the reason; the sandbox stays deletable;
-//   - orphan reaping: a container labelled as this node's with no record of
-//     its uid is removed once it has been seen orphaned for a grace period.
+//     sandbox status through the store's update loop from what the
+//     container does: READY (running), PAUSED (docker pause), STOPPED with
+//     the exit code, ERROR (out of memory, Docker could not start it, or
+//     removed behind shoal's back; the sandbox stays deletable). A sandbox
+//     with its own command is watched for a short startup window first, so
+//     a command that ends at once is never reported READY;
+//   - orphan reaping: a container labelled as this node's and this
+//     cluster's, whose record is gone, is removed once it has been seen
+//     orphaned for a grace period.
 //
-// The agent never changes a DELETING sandbox's phase and never removes the
-// container of a live record: teardown belongs to the coordinator.
+// Status messages are bounded (MaxMessageBytes). A sandbox watch or event
+// stream that breaks is reopened after a doubling delay, never in a tight
+// loop. The agent never changes a DELETING sandbox's phase and never
+// removes the container of a live record: teardown belongs to the
+// coordinator.
 package agent

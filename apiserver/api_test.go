@@ -119,9 +119,8 @@ func TestBadInputThroughAPI(t *testing.T) {
 // Paging returns every item once, at one revision.
 func TestListPagingAndSelector(t *testing.T) {
 	testenv.RequireDocker(t)
-	cfg := testenv.NodeConfig(t)
-	cfg.DefaultImage = "shoal/does-not-exist:never" // no containers needed here
-	n := testenv.StartNode(t, cfg)
+	// The image must exist: CreateSandbox refuses a missing one at once.
+	n := testenv.StartNode(t, testenv.NodeConfig(t))
 	ctx := context.Background()
 	for i := range 7 {
 		lbl := map[string]string{"parity": []string{"even", "odd"}[i%2]}

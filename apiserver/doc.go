@@ -7,4 +7,11 @@
 // waits: CreateSandbox until READY, DeleteSandbox until the record is gone,
 // DeleteProvider until the provider is gone. No handler retries a write
 // itself: server-driven writes go through the store's update loop.
+//
+// Streams are bounded (streams.go): at most MaxWatches watches and
+// MaxExecs exec or logs --follow streams at once, beyond which a call gets
+// RESOURCE_EXHAUSTED naming the flag; Shutdown ends every open stream and
+// wait with UNAVAILABLE so that the node stops promptly. CreateSandbox
+// also asks the node's engine (Engine) whether the image is there and
+// whether the resources fit, before anything is stored.
 package apiserver

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"io"
 
 	"google.golang.org/protobuf/proto"
@@ -23,6 +24,9 @@ func (s *Server) CreateSandbox(ctx context.Context, req *shoalv1.CreateSandboxRe
 	if sb.Spec.Image == "" {
 		sb.Spec.Image = s.cfg.DefaultImage
 	}
+	if err := s.admit(ctx, sb.Spec); err != nil {
+		return nil, err
+	}
 	sb.Status = &shoalv1.SandboxStatus{Node: s.cfg.Node}
 	created, err := s.cfg.Store.CreateSandbox(ctx, sb)
 	if err != nil || !req.Wait {
@@ -31,12 +35,53 @@ func (s *Server) CreateSandbox(ctx context.Context, req *shoalv1.CreateSandboxRe
 	return s.waitProvisioned(ctx, created)
 }
 
-// waitProvisioned follows the sandbox until it leaves PROVISIONING.
+// admit checks a sandbox against this node's engine, which will run it
+// (CreateSandbox assigns its own node), so that what can never start fails
+// now with a clear error rather than later as an ERROR status. Static
+// checks are validate.go's. An engine that cannot be asked right now is
+// no reason to refuse: the agent reports a missing image as ERROR anyway.
+func (s *Server) admit(ctx context.Context, spec *shoalv1.SandboxSpec) error {
+	if s.cfg.Engine == nil {
+		return nil
+	}
+	has, err := s.cfg.Engine.HasImage(ctx, spec.Image)
+	switch {
+	case err != nil:
+		s.log.Warn("create: cannot check the image; the agent will", "image", spec.Image, "err", err)
+	case !has:
+		return shoal.FailedPrecondition("image %q is not present on node %s's Docker engine, and nothing is pulled from a registry; build or load it there first (the default image: `make image`)", spec.Image, s.cfg.Node)
+	}
+	res := spec.GetResources()
+	if res.GetCpuMillis() == 0 && res.GetMemoryBytes() == 0 {
+		return nil
+	}
+	c, err := s.cfg.Engine.Capacity(ctx)
+	if err != nil {
+		s.log.Warn("create: cannot read the engine's capacity", "err", err)
+		return nil
+	}
+	if limit := int64(c.NCPU) * 1000; c.NCPU > 0 && res.GetCpuMillis() > limit {
+		return shoal.Invalid("sandbox.spec.resources.cpu_millis", "%d is more than node %s has: %d CPUs, at most %d", res.GetCpuMillis(), s.cfg.Node, c.NCPU, limit)
+	}
+	if c.MemTotal > 0 && res.GetMemoryBytes() > c.MemTotal {
+		return shoal.Invalid("sandbox.spec.resources.memory_bytes", "%d is more than node %s has: at most %d", res.GetMemoryBytes(), s.cfg.Node, c.MemTotal)
+	}
+	return nil
+}
+
+// waitProvisioned follows the sandbox until it leaves PROVISIONING: READY
+// once its container runs, or STOPPED, ERROR, PAUSED as the agent found it
+// (a command that ends at once is STOPPED with its exit code, not READY).
 func (s *Server) waitProvisioned(ctx context.Context, sb *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
 	m := sb.Meta
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for ev := range s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion) {
+	ctx, cancel := s.bindShutdown(ctx)
+	events := s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion)
+	defer func() {
+		cancel()
+		for range events { // until the watch goroutine has returned
+		}
+	}()
+	for ev := range events {
 		if ev.Err != nil {
 			return nil, ev.Err
 		}
@@ -47,6 +92,9 @@ func (s *Server) waitProvisioned(ctx context.Context, sb *shoalv1.Sandbox) (*sho
 		if cur.Status.GetPhase() != shoalv1.SandboxPhase_PROVISIONING {
 			return cur, nil
 		}
+	}
+	if errors.Is(context.Cause(ctx), errShuttingDown) {
+		return nil, shoal.Unavailable("the node shut down while sandbox %q was being provisioned; it was created: get it, or watch it", m.Name)
 	}
 	return nil, ctxDone(ctx, "waiting for sandbox "+m.Name+" to become READY")
 }
@@ -196,8 +244,19 @@ func (s *Server) WatchSandboxes(req *shoalv1.WatchSandboxesRequest, stream shoal
 	if req.ResourceVersion < 0 {
 		return shoal.Invalid("resource_version", "must not be negative")
 	}
-	ctx := stream.Context()
-	for ev := range s.cfg.Store.WatchSandboxes(ctx, ws(req.Workspace), req.Name, req.ResourceVersion) {
+	release, err := s.watches.acquire()
+	if err != nil {
+		return err
+	}
+	defer release()
+	ctx, cancel := context.WithCancel(stream.Context())
+	events := s.cfg.Store.WatchSandboxes(ctx, ws(req.Workspace), req.Name, req.ResourceVersion)
+	defer func() {
+		cancel()
+		for range events { // until the watch goroutine has returned
+		}
+	}()
+	for ev := range events {
 		if ev.Err != nil {
 			return ev.Err
 		}
@@ -208,7 +267,9 @@ func (s *Server) WatchSandboxes(req *shoalv1.WatchSandboxesRequest, stream shoal
 	return nil
 }
 
-func (s *Server) runningContainer(ctx context.Context, w, name string) (string, error) {
+// runningContainer is the container of a sandbox for exec (running: only a
+// READY sandbox's process can run more) or logs (any container).
+func (s *Server) runningContainer(ctx context.Context, w, name string, running bool) (string, error) {
 	if s.cfg.Runtime == nil {
 		return "", shoal.Unavailable("this node has no container runtime")
 	}
@@ -222,6 +283,12 @@ func (s *Server) runningContainer(ctx context.Context, w, name string) (string, 
 	id := sb.Status.GetContainerId()
 	if id == "" {
 		return "", shoal.FailedPrecondition("sandbox %q has no container yet (phase %s); wait until it is READY", name, sb.Status.GetPhase())
+	}
+	if running {
+		switch ph := sb.Status.GetPhase(); ph {
+		case shoalv1.SandboxPhase_PAUSED, shoalv1.SandboxPhase_STOPPED, shoalv1.SandboxPhase_ERROR:
+			return "", shoal.FailedPrecondition("sandbox %q is %s, so nothing can run in it: %s", name, ph, sb.Status.GetMessage())
+		}
 	}
 	return id, nil
 }
@@ -237,10 +304,20 @@ func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer)
 		return shoal.Invalid("command", "%d arguments; at most %d are allowed", len(req.Command), MaxCommandArgs)
 	}
 	ctx := stream.Context()
-	id, err := s.runningContainer(ctx, req.Workspace, req.Name)
+	id, err := s.runningContainer(ctx, req.Workspace, req.Name, true)
 	if err != nil {
 		return err
 	}
+	release, err := s.execs.acquire()
+	if err != nil {
+		return err
+	}
+	defer release()
+	// The output has no total cap: it streams in chunks of at most
+	// MaxChunk as it is produced, and gRPC flow control holds the command
+	// back while the client is slow. If the call ends early the runtime
+	// kills the command (the stream's context ends with the call, or at
+	// Shutdown).
 	send := func(c *shoalv1.ExecChunk) error { return stream.Send(c) }
 	code, err := s.cfg.Runtime.Exec(ctx, id, req.Command, req.Stdin,
 		&chunkWriter[*shoalv1.ExecChunk]{send: send, wrap: execChunk("stdout")},
@@ -287,9 +364,18 @@ func (s *Server) Logs(req *shoalv1.LogsRequest, stream shoalv1.Shoal_LogsServer)
 		return shoal.Invalid("tail_lines", "must not be negative")
 	}
 	ctx := stream.Context()
-	id, err := s.runningContainer(ctx, req.Workspace, req.Name)
+	id, err := s.runningContainer(ctx, req.Workspace, req.Name, false)
 	if err != nil {
 		return err
+	}
+	if req.Follow {
+		// A follow lasts as long as its client; a plain read ends with
+		// the log, so only follows count against the cap.
+		release, err := s.execs.acquire()
+		if err != nil {
+			return err
+		}
+		defer release()
 	}
 	send := func(c *shoalv1.LogsChunk) error { return stream.Send(c) }
 	return s.cfg.Runtime.Logs(ctx, id, req.Follow, int(req.TailLines),

@@ -30,11 +30,27 @@ type Runtime interface {
 
 var _ Runtime = (*docker.Runtime)(nil)
 
+// Engine is what CreateSandbox asks of the node's container engine before
+// it stores anything: whether the image is there (nothing can be pulled)
+// and the most the engine can give one container.
+type Engine interface {
+	HasImage(ctx context.Context, ref string) (bool, error)
+	Capacity(ctx context.Context) (docker.Capacity, error)
+}
+
+var _ Engine = (*docker.Runtime)(nil)
+
 // Config of a Server.
 type Config struct {
 	Store *store.Store
 	// Runtime may be nil: Exec and Logs then answer UNAVAILABLE.
 	Runtime Runtime
+	// Engine may be nil: CreateSandbox then skips the image and capacity
+	// checks (the owning node's agent still reports a missing image).
+	Engine Engine
+	// MaxWatches and MaxExecs cap the streams served at once: watches,
+	// and container streams (exec, logs --follow). 0 means the defaults.
+	MaxWatches, MaxExecs int
 	// Node is assigned to the sandboxes this server creates.
 	Node string
 	// DefaultImage for sandboxes that name none.
@@ -49,6 +65,12 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	tokens *tokenSigner
+
+	// life ends at Shutdown; streams and waits end with it.
+	life     context.Context
+	shutdown context.CancelCauseFunc
+	watches  *streamCap
+	execs    *streamCap
 }
 
 var _ shoalv1.ShoalServer = (*Server)(nil)
@@ -67,7 +89,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("shoal/apiserver")
 	}
-	return &Server{cfg: cfg, log: cfg.Logger.With("subsystem", "api"), tokens: &tokenSigner{st: cfg.Store}}, nil
+	if cfg.MaxWatches <= 0 {
+		cfg.MaxWatches = DefaultMaxWatches
+	}
+	if cfg.MaxExecs <= 0 {
+		cfg.MaxExecs = DefaultMaxExecs
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("subsystem", "api"), tokens: &tokenSigner{st: cfg.Store},
+		watches: newStreamCap(cfg.MaxWatches, "watch streams", "max-watches"),
+		execs:   newStreamCap(cfg.MaxExecs, "exec and log-follow streams", "max-execs")}
+	s.life, s.shutdown = context.WithCancelCause(context.Background())
+	return s, nil
 }
 
 // ServerOptions are the grpc.Server options the service expects: the
@@ -99,14 +131,24 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
 	start := time.Now()
 	_, span := s.cfg.Tracer.Start(ss.Context(), info.FullMethod, trace.WithSpanKind(trace.SpanKindServer))
+	// Every stream's context also ends at Shutdown, so that no handler
+	// holds GracefulStop: a watch or a follow would run until its client
+	// left, and an exec until its command ended.
+	ctx, cancel := s.bindShutdown(ss.Context())
 	defer func() {
+		cancel()
 		if r := recover(); r != nil {
 			s.log.Error("panic in handler", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
 			err = shoal.GRPCStatus(errors.New("internal error"))
 		}
 		s.finish(span, info.FullMethod, start, err)
 	}()
-	return shoal.GRPCStatus(h(srv, ss))
+	err = h(srv, &boundStream{ServerStream: ss, ctx: ctx})
+	if ss.Context().Err() == nil && errors.Is(context.Cause(ctx), errShuttingDown) {
+		// The client is still there: tell it why its stream ended.
+		err = errShuttingDown
+	}
+	return shoal.GRPCStatus(err)
 }
 
 func (s *Server) finish(span trace.Span, method string, start time.Time, err error) {

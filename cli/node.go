@@ -35,6 +35,8 @@ external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits a
 				&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "leader lease `TTL`"},
 				&cli.DurationFlag{Name: "resync", Value: def.Resync, Usage: "reconcile everything every `INTERVAL`"},
 				&cli.DurationFlag{Name: "orphan-grace", Value: def.OrphanGrace, Usage: "reap unrecorded containers after `DURATION`"},
+				&cli.IntFlag{Name: "max-watches", Value: def.MaxWatches, Usage: "serve at most `N` watch streams at once (more: RESOURCE_EXHAUSTED)"},
+				&cli.IntFlag{Name: "max-execs", Value: def.MaxExecs, Usage: "serve at most `N` exec and logs --follow streams at once (more: RESOURCE_EXHAUSTED)"},
 				&cli.StringFlag{Name: "debug-listen", Usage: "serve net/http/pprof on `ADDRESS` (off by default)"},
 				&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn, error"},
 				&cli.StringFlag{Name: "log-format", Value: "text", Usage: "`FORMAT`: text or json"},
@@ -70,6 +72,8 @@ external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits a
 				cfg.LeaseTTL = c.Duration("lease-ttl")
 				cfg.Resync = c.Duration("resync")
 				cfg.OrphanGrace = c.Duration("orphan-grace")
+				cfg.MaxWatches = c.Int("max-watches")
+				cfg.MaxExecs = c.Int("max-execs")
 				cfg.DebugListen = c.String("debug-listen")
 				cfg.Logger = slog.New(h)
 				n, err := node.New(cfg)

@@ -7,9 +7,19 @@
 //	shoal.dev/name=<sandbox name>
 //	shoal.dev/workspace=<workspace>
 //	shoal.dev/node=<node id>
+//	shoal.dev/cluster=<cluster id>
 //
 // and is named shoal-<workspace>-<name>-<uid prefix>. The uid label is the
 // identity: removal is by uid, so it is idempotent and never hits a
-// same-name replacement. Containers with these labels and no record are
-// orphans (see package agent).
+// same-name replacement. The cluster label (store.ClusterID, made once per
+// etcd keyspace) scopes everything a Runtime lists, follows and removes to
+// its own cluster, so two clusters whose nodes share an engine, even under
+// one node id, never touch each other's containers. Containers with these
+// labels and no record are orphans (see package agent).
+//
+// Exec runs the command under a tiny sh wrapper that reports the command's
+// pid inside the container; when the caller goes away the runtime kills the
+// command's process group with a second exec (Docker has no exec-kill).
+// Docker's error text reaches callers, scrubbed of the container's
+// credentials.
 package docker

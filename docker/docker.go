@@ -1,15 +1,21 @@
 package docker
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
@@ -26,16 +32,26 @@ const (
 	LabelName      = "shoal.dev/name"
 	LabelWorkspace = "shoal.dev/workspace"
 	LabelNode      = "shoal.dev/node"
+	// LabelCluster is the id of the cluster (store.ClusterID) whose node
+	// made the container. Two clusters' nodes may share one engine and
+	// even a node id (two dev clusters on one host); the cluster label
+	// keeps each from taking the other's containers for orphans.
+	LabelCluster = "shoal.dev/cluster"
 )
 
 // DefaultImage is the sandbox image built by `make image`.
 const DefaultImage = "shoal/sandbox:dev"
 
-// Runtime talks to one Docker engine on behalf of one node.
+// Runtime talks to one Docker engine on behalf of one node of one cluster.
 type Runtime struct {
-	cli  *client.Client
-	node string
-	log  *slog.Logger
+	cli     *client.Client
+	node    string
+	cluster string
+	log     *slog.Logger
+
+	capMu sync.Mutex
+	cap   Capacity
+	capAt time.Time
 }
 
 // Config of a Runtime.
@@ -44,35 +60,68 @@ type Config struct {
 	// DOCKER_HOST or the default socket.
 	Host string
 	// Node is this node's id, written to every container's labels.
-	Node   string
-	Logger *slog.Logger
+	Node string
+	// Cluster is the cluster's id (store.ClusterID), written to every
+	// container's labels. The runtime sees and touches only containers
+	// that carry it.
+	Cluster string
+	Logger  *slog.Logger
 }
 
 // ErrNoEngine means no Docker engine answered.
 var ErrNoEngine = errors.New("no Docker engine is reachable")
 
-// New connects to the engine and checks that it answers.
-func New(ctx context.Context, cfg Config) (*Runtime, error) {
+func dial(host string) (*client.Client, error) {
 	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
-	if cfg.Host != "" {
-		opts = append(opts, client.WithHost(cfg.Host))
+	if host != "" {
+		opts = append(opts, client.WithHost(host))
 	}
 	cli, err := client.NewClientWithOpts(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoEngine, err)
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	r := &Runtime{cli: cli, node: cfg.Node, log: cfg.Logger.With("subsystem", "docker")}
+	return cli, nil
+}
+
+func ping(ctx context.Context, cli *client.Client) error {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(pctx); err != nil {
-		cli.Close()
-		return nil, fmt.Errorf("%w at %s: %v", ErrNoEngine, cli.DaemonHost(), err)
+		return fmt.Errorf("%w at %s: %v", ErrNoEngine, cli.DaemonHost(), err)
 	}
 	cli.NegotiateAPIVersion(pctx)
-	return r, nil
+	return nil
+}
+
+// Ping checks that an engine answers at host, before anything that needs
+// it starts (a node learns its cluster id, which New needs, only from
+// etcd).
+func Ping(ctx context.Context, host string) error {
+	cli, err := dial(host)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	return ping(ctx, cli)
+}
+
+// New connects to the engine and checks that it answers.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	if cfg.Node == "" || cfg.Cluster == "" {
+		return nil, errors.New("docker: node and cluster are required")
+	}
+	cli, err := dial(cfg.Host)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := ping(ctx, cli); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return &Runtime{cli: cli, node: cfg.Node, cluster: cfg.Cluster, log: cfg.Logger.With("subsystem", "docker")}, nil
 }
 
 // Close releases the client.
@@ -81,14 +130,39 @@ func (r *Runtime) Close() error { return r.cli.Close() }
 // Node is the node id this runtime labels containers with.
 func (r *Runtime) Node() string { return r.node }
 
+// Cluster is the cluster id this runtime labels containers with.
+func (r *Runtime) Cluster() string { return r.cluster }
+
+// owns reports whether a container's labels make it this cluster's. A
+// container from before the cluster label existed carries none; it is
+// taken as this cluster's only where its uid is asked for by name (Run,
+// Remove: the uid comes from this cluster's own record and uids are
+// random), never by the orphan reaper's List, which could not tell two
+// clusters' unlabelled containers apart.
+func (r *Runtime) owns(labels map[string]string, legacy bool) bool {
+	if c, ok := labels[LabelCluster]; ok {
+		return c == r.cluster
+	}
+	return legacy && labels[LabelNode] == r.node
+}
+
 // Spec is what a sandbox container needs.
 type Spec struct {
 	UID, Name, Workspace string
 	Image                string
 	Command              []string
 	Env                  []string
-	CPUMillis            int64
-	MemoryBytes          int64
+	// Secrets are values (provider credentials, which are also in Env)
+	// that must never appear in an error: Run scrubs Docker's error text
+	// of them before it returns it.
+	Secrets     []string
+	CPUMillis   int64
+	MemoryBytes int64
+	// Settle, if positive, makes Run wait up to this long after the start
+	// for the container to stop, so that a command that ends at once is
+	// seen as ended, not running: Docker learns of an exit some 100 ms
+	// after the process is gone.
+	Settle time.Duration
 }
 
 // ContainerName is the Docker name of a sandbox's container.
@@ -97,17 +171,29 @@ func ContainerName(ws, name, uid string) string {
 }
 
 // Run creates and starts a sandbox container and returns its id. A
-// container of the same uid that exists already is reused (started if
-// needed), so Run is idempotent.
-func (r *Runtime) Run(ctx context.Context, s Spec) (string, error) {
-	if existing, err := r.byUID(ctx, s.UID); err != nil {
+// container of the same uid that exists already is reused: started if it
+// never was, left as it is otherwise (a command that ran and exited is not
+// run again behind its user's back), so Run is idempotent.
+//
+// Errors that retrying cannot fix (the image is missing, Docker refused the
+// container's configuration or could not start its process) are
+// shoal.FailedPrecondition and carry Docker's own words; the others are
+// worth a retry. The id is returned with an error when a container exists.
+func (r *Runtime) Run(ctx context.Context, s Spec) (id string, err error) {
+	defer func() { err = scrub(err, s.Secrets) }()
+	existing, err := r.byUID(ctx, s.UID)
+	if err != nil {
 		return "", err
-	} else if len(existing) > 0 {
-		c := existing[0]
-		if c.State != "running" {
-			if err := r.cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
-				return c.ID, fmt.Errorf("start container %s: %w", c.ID[:12], err)
+	}
+	for _, c := range existing {
+		if c.Node != r.node {
+			continue
+		}
+		if c.State == "created" {
+			if err := r.start(ctx, c.ID); err != nil {
+				return c.ID, err
 			}
+			r.settle(ctx, c.ID, s.Settle)
 		}
 		return c.ID, nil
 	}
@@ -117,7 +203,7 @@ func (r *Runtime) Run(ctx context.Context, s Spec) (string, error) {
 		Env:   s.Env,
 		Labels: map[string]string{
 			LabelManaged: "true", LabelUID: s.UID, LabelName: s.Name,
-			LabelWorkspace: s.Workspace, LabelNode: r.node,
+			LabelWorkspace: s.Workspace, LabelNode: r.node, LabelCluster: r.cluster,
 		},
 	}
 	host := &container.HostConfig{
@@ -128,19 +214,129 @@ func (r *Runtime) Run(ctx context.Context, s Spec) (string, error) {
 	}
 	resp, err := r.cli.ContainerCreate(ctx, cfg, host, nil, nil, ContainerName(s.Workspace, s.Name, s.UID))
 	if err != nil {
-		if cerrdefs.IsNotFound(err) {
+		switch {
+		case cerrdefs.IsNotFound(err):
 			return "", shoal.FailedPrecondition("image %q is not present on this node's Docker engine (nothing can be pulled here); build it with `make image`", s.Image)
+		case cerrdefs.IsInvalidArgument(err):
+			// Docker checks limits at create ("Range of CPUs is from
+			// 0.01 to 2.00"); its words say what to change.
+			return "", shoal.FailedPrecondition("Docker refused the container: %s", daemonText(err))
 		}
 		return "", fmt.Errorf("create container: %w", err)
 	}
-	if err := r.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
-		return resp.ID, fmt.Errorf("start container %s: %w", resp.ID[:12], err)
+	if err := r.start(ctx, resp.ID); err != nil {
+		return resp.ID, err
 	}
+	r.settle(ctx, resp.ID, s.Settle)
 	return resp.ID, nil
 }
 
-// Remove force-removes every container of a sandbox uid. Removing what is
-// already gone is success.
+// start starts a created container. A start Docker tried and failed (an
+// OCI runtime error: a CPU quota the kernel refuses, a command that does
+// not exist) leaves its reason in State.Error and is permanent; an engine
+// that did not answer is not.
+func (r *Runtime) start(ctx context.Context, id string) error {
+	err := r.cli.ContainerStart(ctx, id, container.StartOptions{})
+	if err == nil {
+		return nil
+	}
+	if st, ierr := r.Inspect(ctx, id); ierr == nil && st.Error != "" {
+		return shoal.FailedPrecondition("Docker could not start the container: %s", st.Error)
+	}
+	if cerrdefs.IsInvalidArgument(err) {
+		return shoal.FailedPrecondition("Docker could not start the container: %s", daemonText(err))
+	}
+	return fmt.Errorf("start container %s: %w", id[:min(12, len(id))], err)
+}
+
+// settle waits up to d for a started container to stop running.
+func (r *Runtime) settle(ctx context.Context, id string, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	res, errs := r.cli.ContainerWait(wctx, id, container.WaitConditionNotRunning)
+	// The client's goroutine sends exactly one of the two, then ends.
+	select {
+	case <-res:
+	case <-errs:
+	}
+}
+
+// daemonText is Docker's own message, without the client's prefix.
+func daemonText(err error) string {
+	return strings.TrimPrefix(err.Error(), "Error response from daemon: ")
+}
+
+// Redacted stands in for a secret in an error.
+const Redacted = "<redacted>"
+
+// scrub removes every secret from err's text. Docker's errors quote a
+// container's environment, which holds credentials: runc refuses a value
+// with a NUL byte with `environment variable value can't contain null:
+// "KEY=value"`.
+func scrub(err error, secrets []string) error {
+	if err == nil || len(secrets) == 0 {
+		return err
+	}
+	msg := err.Error()
+	out := redactAll(msg, secrets)
+	if out == msg {
+		return err
+	}
+	var e *shoal.Error
+	if errors.As(err, &e) {
+		return &shoal.Error{Kind: e.Kind, Field: e.Field, Msg: redactAll(e.Msg, secrets)}
+	}
+	return errors.New(out)
+}
+
+// redactAll replaces each secret in s, as it is and in the quoted forms
+// Docker's components print it in (Go's %q in runc, JSON in the daemon).
+func redactAll(s string, secrets []string) string {
+	var forms []string
+	for _, v := range secrets {
+		if v == "" {
+			continue
+		}
+		forms = append(forms, v)
+		q := strconv.Quote(v)
+		forms = append(forms, q[1:len(q)-1])
+		if j, err := json.Marshal(v); err == nil {
+			forms = append(forms, string(j[1:len(j)-1]))
+		}
+	}
+	// Longest first, so a secret that contains another goes whole.
+	slices.SortFunc(forms, func(a, b string) int { return len(b) - len(a) })
+	for _, f := range forms {
+		s = strings.ReplaceAll(s, f, Redacted)
+	}
+	return s
+}
+
+// envSecrets is what must not appear of a container's environment in its
+// error text when the caller cannot say which variables are credentials
+// (Inspect): every entry whole, and every value long enough not to be a
+// common word. Plain spec.env values are hidden too; that errs on the
+// safe side.
+func envSecrets(env []string) []string {
+	out := make([]string, 0, 2*len(env))
+	for _, e := range env {
+		out = append(out, e)
+		if _, v, ok := strings.Cut(e, "="); ok && len(v) >= minSecretLen {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// minSecretLen: shorter values are redacted only with their key.
+const minSecretLen = 6
+
+// Remove force-removes every container of a sandbox uid in this cluster
+// (whichever node of it made the container: teardown is the leader's).
+// Removing what is already gone is success.
 func (r *Runtime) Remove(ctx context.Context, uid string) error {
 	cs, err := r.byUID(ctx, uid)
 	if err != nil {
@@ -170,23 +366,30 @@ type Container struct {
 	Created                        time.Time
 }
 
-// List returns this node's shoal containers (all states).
+// List returns this node's shoal containers of this cluster (all states).
 func (r *Runtime) List(ctx context.Context) ([]Container, error) {
-	f := filters.NewArgs(filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelNode+"="+r.node))
-	return r.list(ctx, f)
+	f := filters.NewArgs(filters.Arg("label", LabelManaged+"=true"),
+		filters.Arg("label", LabelCluster+"="+r.cluster), filters.Arg("label", LabelNode+"="+r.node))
+	return r.list(ctx, f, false)
 }
 
+// byUID lists this cluster's containers of a sandbox uid.
 func (r *Runtime) byUID(ctx context.Context, uid string) ([]Container, error) {
-	return r.list(ctx, filters.NewArgs(filters.Arg("label", LabelUID+"="+uid)))
+	return r.list(ctx, filters.NewArgs(filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelUID+"="+uid)), true)
 }
 
-func (r *Runtime) list(ctx context.Context, f filters.Args) ([]Container, error) {
+// list returns the containers that match f and that this cluster owns
+// (legacy: see owns).
+func (r *Runtime) list(ctx context.Context, f filters.Args, legacy bool) ([]Container, error) {
 	cs, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
 	out := make([]Container, 0, len(cs))
 	for _, c := range cs {
+		if !r.owns(c.Labels, legacy) {
+			continue
+		}
 		out = append(out, Container{
 			ID: c.ID, UID: c.Labels[LabelUID], Name: c.Labels[LabelName],
 			Workspace: c.Labels[LabelWorkspace], Node: c.Labels[LabelNode],
@@ -198,12 +401,16 @@ func (r *Runtime) list(ctx context.Context, f filters.Args) ([]Container, error)
 
 // State of one container.
 type State struct {
-	Exists   bool
-	Running  bool
+	Exists  bool
+	Running bool
+	// Paused is set with Running: the process exists but is frozen, so
+	// exec cannot run in it.
+	Paused   bool
 	Status   string
 	ExitCode int
 	OOM      bool
-	Error    string
+	// Error is Docker's reason when it could not start the process.
+	Error string
 }
 
 // Inspect reports a container's state; a missing container is
@@ -216,42 +423,195 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (State, error) {
 	if err != nil {
 		return State{}, fmt.Errorf("inspect container: %w", err)
 	}
+	if ci.ContainerJSONBase == nil || ci.State == nil {
+		return State{}, fmt.Errorf("inspect container %s: the engine's answer has no state", id[:min(12, len(id))])
+	}
 	st := ci.State
-	return State{Exists: true, Running: st.Running, Status: string(st.Status), ExitCode: st.ExitCode, OOM: st.OOMKilled, Error: st.Error}, nil
+	errText := st.Error
+	if errText != "" && ci.Config != nil {
+		errText = redactAll(errText, envSecrets(ci.Config.Env))
+	}
+	return State{Exists: true, Running: st.Running, Paused: st.Paused, Status: string(st.Status), ExitCode: st.ExitCode, OOM: st.OOMKilled, Error: errText}, nil
 }
 
+// execWrapper runs an exec'd command under /bin/sh, which first writes
+// its own pid (in the container's pid namespace) as a line on stdout and
+// then execs the command in place, so the pid is the command's. Docker has
+// no API to kill an exec'd process, and ContainerExecInspect's Pid is a host
+// pid, useless to a node that does not share the engine's host. With the
+// in-container pid a second exec can kill it: runc starts every exec'd
+// process as a session and process-group leader, so `kill -9 -PID` takes
+// its children too. The sandbox image (busybox) has sh and kill.
+const execWrapper = `echo "$$"; exec -- "$@"`
+
+// KillTimeout bounds the kill of an exec whose caller went away.
+const KillTimeout = 10 * time.Second
+
 // Exec runs cmd in the container, copying its output to stdout and stderr
-// as it is produced, and returns its exit code.
+// as it is produced, and returns its exit code. When ctx ends before the
+// command does, or its output can no longer be delivered, the command and
+// its process group are killed before Exec returns.
 func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin []byte, stdout, stderr io.Writer) (int, error) {
 	ex, err := r.cli.ContainerExecCreate(ctx, id, container.ExecOptions{
-		Cmd: cmd, AttachStdout: true, AttachStderr: true, AttachStdin: len(stdin) > 0,
+		Cmd:          append([]string{"/bin/sh", "-c", execWrapper, "shoal-exec"}, cmd...),
+		AttachStdout: true, AttachStderr: true, AttachStdin: len(stdin) > 0,
 	})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
-			return 0, shoal.FailedPrecondition("container is not running: %v", err)
+			return 0, shoal.FailedPrecondition("container is not running: %s", daemonText(err))
 		}
 		return 0, fmt.Errorf("exec create: %w", err)
 	}
-	att, err := r.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	// Attaching starts the process. It must not be cut short by ctx: a
+	// process started by an attach whose answer never arrived could not
+	// be killed. A cancelled ctx is handled right after.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillTimeout)
+	att, err := r.cli.ContainerExecAttach(actx, ex.ID, container.ExecAttachOptions{})
+	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("exec attach: %w", err)
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait() // after att.Close below: closing the connection ends both copies
 	defer att.Close()
 	if len(stdin) > 0 {
+		wg.Add(1)
 		go func() {
-			// Owned by att: closing the connection ends the copy.
+			defer wg.Done()
 			_, _ = att.Conn.Write(stdin)
 			_ = att.CloseWrite()
 		}()
 	}
-	if _, err := stdcopy.StdCopy(stdout, stderr, att.Reader); err != nil {
-		return 0, fmt.Errorf("exec output: %w", err)
+	pw := &pidWriter{w: stdout, known: make(chan struct{})}
+	var copyErr error
+	ended := make(chan struct{}) // closed when the output copy has returned
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(ended)
+		_, copyErr = stdcopy.StdCopy(pw, stderr, att.Reader)
+	}()
+
+	select {
+	case <-ended:
+		if copyErr != nil {
+			// The output cannot be delivered (the caller is gone) or the
+			// engine's stream broke: either way nobody will see this
+			// command's result, so it must not run on.
+			r.killExec(ctx, id, ex.ID, pw, ended)
+			switch {
+			case ctx.Err() != nil:
+				return 0, ctx.Err()
+			case pw.err != nil:
+				return 0, pw.err
+			}
+			return 0, fmt.Errorf("exec output: %w", copyErr)
+		}
+	case <-ctx.Done():
+		r.killExec(ctx, id, ex.ID, pw, ended)
+		return 0, ctx.Err()
 	}
-	ins, err := r.cli.ContainerExecInspect(ctx, ex.ID)
+	if pw.err != nil {
+		return 0, pw.err
+	}
+	// The output ends when the process has exited; the exit code may be
+	// recorded a moment later.
+	for {
+		ins, err := r.cli.ContainerExecInspect(ctx, ex.ID)
+		if err != nil {
+			return 0, fmt.Errorf("exec inspect: %w", err)
+		}
+		if !ins.Running {
+			return ins.ExitCode, nil
+		}
+		select {
+		case <-ctx.Done():
+			r.killExec(ctx, id, ex.ID, pw, ended)
+			return 0, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// killExec kills an exec'd process and its process group. The pid may not
+// have arrived yet when the caller left at once; it is waited for while the
+// output stream lives (ended is closed when it has ended).
+func (r *Runtime) killExec(ctx context.Context, id, execID string, pw *pidWriter, ended <-chan struct{}) {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillTimeout)
+	defer cancel()
+	select {
+	case <-pw.known:
+	case <-ended: // a pid line, if there was one, has been read
+	case <-kctx.Done():
+	}
+	select {
+	case <-pw.known:
+	default:
+		r.log.Warn("exec ended early before its pid was known; it cannot be killed", "container", id[:min(12, len(id))])
+		return
+	}
+	// A process that has exited by itself is left alone: its pid may be
+	// reused already.
+	if ins, err := r.cli.ContainerExecInspect(kctx, execID); err == nil && !ins.Running {
+		return
+	}
+	pid := strconv.Itoa(pw.pid)
+	k, err := r.cli.ContainerExecCreate(kctx, id, container.ExecOptions{Cmd: []string{"kill", "-9", "-" + pid, pid}, AttachStdout: true, AttachStderr: true})
+	if err == nil {
+		var att types.HijackedResponse
+		if att, err = r.cli.ContainerExecAttach(kctx, k.ID, container.ExecAttachOptions{}); err == nil {
+			// Read to the end: the kill has run then.
+			_, err = io.Copy(io.Discard, att.Reader)
+			att.Close()
+		}
+	}
 	if err != nil {
-		return 0, fmt.Errorf("exec inspect: %w", err)
+		r.log.Warn("kill exec", "container", id[:min(12, len(id))], "pid", pid, "err", err)
 	}
-	return ins.ExitCode, nil
+}
+
+// pidWriter takes the wrapper's pid line off the front of stdout and
+// passes the rest on.
+type pidWriter struct {
+	w     io.Writer
+	line  []byte
+	pid   int
+	err   error         // set when the first line is not a pid
+	known chan struct{} // closed once pid is set
+}
+
+func (p *pidWriter) Write(b []byte) (int, error) {
+	select {
+	case <-p.known:
+		return p.w.Write(b)
+	default:
+	}
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		p.line = append(p.line, b...)
+		if len(p.line) > 20 {
+			return 0, p.fail()
+		}
+		return len(b), nil
+	}
+	p.line = append(p.line, b[:i]...)
+	pid, err := strconv.Atoi(string(p.line))
+	if err != nil || pid <= 0 {
+		return 0, p.fail()
+	}
+	p.pid = pid
+	close(p.known)
+	if rest := b[i+1:]; len(rest) > 0 {
+		if n, err := p.w.Write(rest); err != nil {
+			return i + 1 + n, err
+		}
+	}
+	return len(b), nil
+}
+
+func (p *pidWriter) fail() error {
+	p.err = shoal.FailedPrecondition("exec needs /bin/sh in the sandbox image; it answered %q", string(p.line[:min(len(p.line), 200)]))
+	return p.err
 }
 
 // Logs copies the container's output to stdout and stderr until it ends
@@ -284,12 +644,14 @@ type Event struct {
 	ExitCode string
 }
 
-// Events streams container events of this node's shoal containers until ctx
+// Events streams container events of this node's shoal containers (of this
+// cluster) until ctx
 // ends or the stream breaks (the error is sent, then both channels close).
 func (r *Runtime) Events(ctx context.Context) (<-chan Event, <-chan error) {
 	f := filters.NewArgs(
 		filters.Arg("type", string(events.ContainerEventType)),
 		filters.Arg("label", LabelManaged+"=true"),
+		filters.Arg("label", LabelCluster+"="+r.cluster),
 		filters.Arg("label", LabelNode+"="+r.node),
 	)
 	msgs, errs := r.cli.Events(ctx, events.ListOptions{Filters: f})
@@ -318,6 +680,31 @@ func (r *Runtime) Events(ctx context.Context) (<-chan Event, <-chan error) {
 		}
 	}()
 	return out, outErr
+}
+
+// Capacity is the most the engine can give one container.
+type Capacity struct {
+	NCPU     int
+	MemTotal int64
+}
+
+// capacityTTL: the engine's CPUs and memory change only with its machine,
+// and docker info is slow on some engines, so it is asked once a minute.
+const capacityTTL = time.Minute
+
+// Capacity reports the engine's CPU count and memory (docker info).
+func (r *Runtime) Capacity(ctx context.Context) (Capacity, error) {
+	r.capMu.Lock()
+	defer r.capMu.Unlock()
+	if !r.capAt.IsZero() && time.Since(r.capAt) < capacityTTL {
+		return r.cap, nil
+	}
+	info, err := r.cli.Info(ctx)
+	if err != nil {
+		return Capacity{}, fmt.Errorf("docker info: %w", err)
+	}
+	r.cap, r.capAt = Capacity{NCPU: info.NCPU, MemTotal: info.MemTotal}, time.Now()
+	return r.cap, nil
 }
 
 // HasImage reports whether the engine has an image.

@@ -12,6 +12,8 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"shoal/agent"
+	"shoal/apiserver"
 	"shoal/docker"
 	"shoal/embedetcd"
 	"shoal/lease"
@@ -42,6 +44,15 @@ type Config struct {
 	LeaseTTL     time.Duration
 	Resync       time.Duration
 	OrphanGrace  time.Duration
+	// MaxWatches caps the watch streams the API serves at once (each holds
+	// an etcd watch and goroutines); beyond it a watch is refused with
+	// RESOURCE_EXHAUSTED.
+	MaxWatches int
+	// MaxExecs caps the container streams (exec, logs --follow) the API
+	// serves at once; each holds a connection to the Docker engine.
+	MaxExecs int
+	// StartupWindow: see agent.Config.StartupWindow.
+	StartupWindow time.Duration
 	// ShutdownTimeout bounds the graceful part of shutdown.
 	ShutdownTimeout time.Duration
 	// DebugListen, if set, serves net/http/pprof there (loopback only
@@ -72,6 +83,9 @@ func DefaultConfig() Config {
 		Resync:           10 * time.Second,
 		OrphanGrace:      30 * time.Second,
 		ShutdownTimeout:  10 * time.Second,
+		MaxWatches:       apiserver.DefaultMaxWatches,
+		MaxExecs:         apiserver.DefaultMaxExecs,
+		StartupWindow:    agent.DefaultStartupWindow,
 	}
 }
 
@@ -128,6 +142,15 @@ func (c *Config) Validate() error {
 	}
 	if c.OrphanGrace <= 0 {
 		return fmt.Errorf("--orphan-grace: must be positive")
+	}
+	if c.MaxWatches <= 0 {
+		return fmt.Errorf("--max-watches: %d; must be positive", c.MaxWatches)
+	}
+	if c.MaxExecs <= 0 {
+		return fmt.Errorf("--max-execs: %d; must be positive", c.MaxExecs)
+	}
+	if c.StartupWindow < 0 {
+		return fmt.Errorf("startup window: must not be negative")
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -6,7 +6,9 @@
 //	          ├─ coordinator (leader-only, under lease)
 //	          └─ agent (node-local) ── docker runtime
 //
-// Run starts them in that order and stops them in reverse: the API stops
-// taking requests (graceful, then forced), the loops return, the etcd
-// client closes, and the embedded etcd stops last.
+// Run checks the Docker engine first, then starts etcd, reads the cluster id
+// (container labels carry it), and starts the rest in that order. It stops
+// them in reverse: open streams end at once, the API stops taking requests
+// (graceful, then forced), the loops return, the etcd client closes, and
+// the embedded etcd stops last.
 package node

@@ -40,7 +40,16 @@ type Node struct {
 	st    *store.Store
 	el    *lease.Elector
 	ag    *agent.Agent
+	// cluster is the cluster id from etcd, once Ready.
+	cluster string
 }
+
+// clusterIDTimeout bounds the read (or first write) of the cluster id at
+// start: an unreachable external etcd fails the start instead of hanging.
+const clusterIDTimeout = 30 * time.Second
+
+// ClusterID is the id of the node's cluster, once Ready.
+func (n *Node) ClusterID() string { n.mu.Lock(); defer n.mu.Unlock(); return n.cluster }
 
 // New validates cfg and returns a Node ready to Run.
 func New(cfg Config) (*Node, error) {
@@ -91,11 +100,12 @@ func (n *Node) Run(ctx context.Context) error {
 
 	// Docker first: without an engine there is nothing to run sandboxes on,
 	// and the operator should hear so before anything else starts.
-	rt, err := docker.New(ctx, docker.Config{Host: cfg.DockerHost, Node: cfg.ID, Logger: cfg.Logger})
-	if err != nil {
+	noEngine := func(err error) error {
 		return fmt.Errorf("%v. Start the Docker engine (or point --docker-host / DOCKER_HOST at one) and try again", err)
 	}
-	defer rt.Close()
+	if err := docker.Ping(ctx, cfg.DockerHost); err != nil {
+		return noEngine(err)
+	}
 
 	cli, closeEtcd, err := n.etcd()
 	if err != nil {
@@ -104,6 +114,20 @@ func (n *Node) Run(ctx context.Context) error {
 	defer closeEtcd()
 
 	st := store.New(cli, store.Options{Prefix: cfg.Prefix, Logger: cfg.Logger})
+	// The cluster id goes on every container's labels: nodes of separate
+	// clusters on one engine (two dev clusters on one host share the host
+	// name as node id) must not take each other's containers for orphans.
+	cctx, cancel := context.WithTimeout(ctx, clusterIDTimeout)
+	cluster, err := st.ClusterID(cctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("read the cluster id from etcd: %w", err)
+	}
+	rt, err := docker.New(ctx, docker.Config{Host: cfg.DockerHost, Node: cfg.ID, Cluster: cluster, Logger: cfg.Logger})
+	if err != nil {
+		return noEngine(err)
+	}
+	defer rt.Close()
 	el, err := lease.New(cli, lease.Config{Prefix: st.LeaderPrefix(), ID: cfg.ID, TTL: cfg.LeaseTTL, Logger: cfg.Logger})
 	if err != nil {
 		return err
@@ -114,12 +138,12 @@ func (n *Node) Run(ctx context.Context) error {
 		return err
 	}
 	ag, err := agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
-		Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")})
+		StartupWindow: cfg.StartupWindow, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")})
 	if err != nil {
 		return err
 	}
-	api, err := apiserver.New(apiserver.Config{Store: st, Runtime: rt, Node: cfg.ID, DefaultImage: cfg.DefaultImage,
-		Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver")})
+	api, err := apiserver.New(apiserver.Config{Store: st, Runtime: rt, Engine: rt, Node: cfg.ID, DefaultImage: cfg.DefaultImage,
+		MaxWatches: cfg.MaxWatches, MaxExecs: cfg.MaxExecs, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver")})
 	if err != nil {
 		return err
 	}
@@ -131,7 +155,7 @@ func (n *Node) Run(ctx context.Context) error {
 	shoalv1.RegisterShoalServer(gs, api)
 
 	n.mu.Lock()
-	n.addr, n.st, n.el, n.ag = lis.Addr().String(), st, el, ag
+	n.addr, n.st, n.el, n.ag, n.cluster = lis.Addr().String(), st, el, ag, cluster
 	n.mu.Unlock()
 
 	var debug *http.Server
@@ -172,6 +196,10 @@ func (n *Node) Run(ctx context.Context) error {
 		runErr = fmt.Errorf("api server: %w", err)
 	}
 	n.log.Info("shutting down")
+	// Streams (watches, exec, logs --follow) and waits would hold
+	// GracefulStop until ShutdownTimeout: end them now, with UNAVAILABLE,
+	// so their clients reconnect elsewhere; unary calls finish normally.
+	api.Shutdown()
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	select {

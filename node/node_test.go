@@ -204,11 +204,11 @@ func TestExternalRemovalAndOrphans(t *testing.T) {
 		t.Fatalf("delete of an ERROR sandbox: %v", err)
 	}
 
-	// An orphan: our labels, this node, no record.
+	// An orphan: our labels, this node and cluster, no record.
 	uid := uuid.NewString()
 	resp, err := dc.ContainerCreate(ctx, &container.Config{Image: docker.DefaultImage, Labels: map[string]string{
 		docker.LabelManaged: "true", docker.LabelUID: uid, docker.LabelName: "ghost",
-		docker.LabelWorkspace: "default", docker.LabelNode: n.Config.ID,
+		docker.LabelWorkspace: "default", docker.LabelNode: n.Config.ID, docker.LabelCluster: n.ClusterID(),
 	}}, &container.HostConfig{NetworkMode: "none"}, nil, nil, "")
 	if err != nil {
 		t.Fatal(err)

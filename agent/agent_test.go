@@ -1,0 +1,138 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"shoal"
+	"shoal/agent"
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/docker"
+	"shoal/internal/testenv"
+	"shoal/store"
+)
+
+// calls records when a stream was opened.
+type calls struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (c *calls) add() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = append(c.at, time.Now())
+	return len(c.at)
+}
+
+func (c *calls) times() []time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]time.Time(nil), c.at...)
+}
+
+// breakingStore is the real store, except that its first sandbox watches
+// break as soon as they open, as they do while etcd has no leader.
+type breakingStore struct {
+	*store.Store
+	breaks  int
+	watches calls
+}
+
+func (b *breakingStore) WatchSandboxes(ctx context.Context, ws, name string, fromRev int64) <-chan store.Event[*shoalv1.Sandbox] {
+	if b.watches.add() <= b.breaks {
+		ch := make(chan store.Event[*shoalv1.Sandbox], 1)
+		ch <- store.Event[*shoalv1.Sandbox]{Err: shoal.Unavailable("watch ended: etcd lost its leader")}
+		close(ch)
+		return ch
+	}
+	return b.Store.WatchSandboxes(ctx, ws, name, fromRev)
+}
+
+// breakingRuntime is the real runtime, except that its first event
+// streams fail at once, as they do while the engine restarts.
+type breakingRuntime struct {
+	*docker.Runtime
+	breaks int
+	events calls
+}
+
+func (b *breakingRuntime) Events(ctx context.Context) (<-chan docker.Event, <-chan error) {
+	if b.events.add() <= b.breaks {
+		out, errs := make(chan docker.Event), make(chan error, 1)
+		errs <- errors.New("connection refused")
+		close(out)
+		close(errs)
+		return out, errs
+	}
+	return b.Runtime.Events(ctx)
+}
+
+// E. A sandbox watch or event stream that breaks as soon as it opens is
+// reopened after a doubling delay, not in a tight loop; once the streams
+// hold again the agent works.
+func TestBrokenStreamsAreReopenedWithBackoff(t *testing.T) {
+	testenv.RequireDocker(t)
+	cli, _ := testenv.Etcd(t)
+	st := store.New(cli, store.Options{})
+	node := fmt.Sprintf("ag%x", time.Now().UnixNano())[:14]
+	t.Cleanup(func() { testenv.RemoveNodeContainers(t, node) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rt, err := docker.New(ctx, docker.Config{Node: node, Cluster: "agenttest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	const breaks = 5
+	bs := &breakingStore{Store: st, breaks: breaks}
+	br := &breakingRuntime{Runtime: rt, breaks: breaks}
+	const delay = 50 * time.Millisecond
+	a, err := agent.New(agent.Config{Node: node, Store: bs, Runtime: br, Resync: 200 * time.Millisecond,
+		RestartDelay: delay, MaxRestartDelay: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Start(actx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	}()
+
+	// The agent works once the streams hold: a sandbox gets its container.
+	_, err = st.CreateSandbox(ctx, &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "after"},
+		Spec: &shoalv1.SandboxSpec{Image: docker.DefaultImage}, Status: &shoalv1.SandboxStatus{Node: node}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "sandbox READY after the streams recovered", func() (bool, error) {
+		sb, err := st.GetSandbox(ctx, "default", "after")
+		return err == nil && sb.Status.Phase == shoalv1.SandboxPhase_READY, err
+	})
+
+	for what, c := range map[string]*calls{"sandbox watch": &bs.watches, "docker events": &br.events} {
+		testenv.Eventually(t, time.Minute, what+" reopened after every break", func() (bool, error) {
+			return len(c.times()) > breaks, nil
+		})
+		at := c.times()
+		if len(at) != breaks+1 {
+			t.Fatalf("%s opened %d times; want %d (%d breaks, then one that held)", what, len(at), breaks+1, breaks)
+		}
+		// Each reopen waits twice as long as the one before: 50, 100,
+		// 200, 400, 800 ms.
+		for i := 1; i < len(at); i++ {
+			want := delay << (i - 1)
+			if gap := at[i].Sub(at[i-1]); gap < want {
+				t.Fatalf("%s reopened %s after break %d; want at least %s", what, gap, i, want)
+			}
+		}
+	}
+}
