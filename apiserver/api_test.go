@@ -65,6 +65,53 @@ func TestBadInputThroughAPI(t *testing.T) {
 			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("a"), Spec: &shoalv1.SandboxSpec{Resources: &shoalv1.Resources{MemoryBytes: -1}}}})
 			return err
 		}, "sandbox.spec.resources.memory_bytes"},
+		{"cpu below docker's minimum", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("a"), Spec: &shoalv1.SandboxSpec{Resources: &shoalv1.Resources{CpuMillis: 5}}}})
+			return err
+		}, "sandbox.spec.resources.cpu_millis"},
+		{"cpu overflow", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("a"), Spec: &shoalv1.SandboxSpec{Resources: &shoalv1.Resources{CpuMillis: 288230376151712204}}}})
+			return err
+		}, "sandbox.spec.resources.cpu_millis"},
+		{"memory overflow", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("a"), Spec: &shoalv1.SandboxSpec{Resources: &shoalv1.Resources{MemoryBytes: 1 << 62}}}})
+			return err
+		}, "sandbox.spec.resources.memory_bytes"},
+		{"image grammar", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("a"), Spec: &shoalv1.SandboxSpec{Image: "UPPER/Case:!!"}}})
+			return err
+		}, "sandbox.spec.image"},
+		{"image path", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: meta("a"), Spec: &shoalv1.SandboxSpec{Image: "../../etc/passwd"}}})
+			return err
+		}, "sandbox.spec.image"},
+		{"NUL in annotation", func() error {
+			_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "a", Annotations: map[string]string{"note": "a\x00b"}}}})
+			return err
+		}, "sandbox.meta.annotations[note]"},
+		{"NUL in config key", func() error {
+			_, err := c.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{Meta: meta("p"), Type: shoalv1.ProviderType_OPENAI, Config: map[string]string{"k\x00": "v"}}})
+			return err
+		}, "provider.config"},
+		{"update provider type 99", func() error {
+			_, err := c.UpdateProvider(ctx, &shoalv1.UpdateProviderRequest{Provider: &shoalv1.Provider{Meta: meta("p"), Type: 99}})
+			return err
+		}, "provider.type"},
+		{"negative version on update", func() error {
+			_, err := c.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: "a", ResourceVersion: -1})
+			return err
+		}, "resource_version"},
+		{"negative version on provider delete", func() error {
+			_, err := c.DeleteProvider(ctx, &shoalv1.DeleteProviderRequest{Name: "p", Preconditions: &shoalv1.Preconditions{ResourceVersion: -2}})
+			return err
+		}, "preconditions.resource_version"},
+		{"exec NUL", func() error {
+			stream, err := c.Exec(ctx, &shoalv1.ExecRequest{Name: "a", Command: []string{"echo", "a\x00"}})
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			return err
+		}, "command[1]"},
 		{"provider without type", func() error {
 			_, err := c.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{Meta: meta("p")}})
 			return err

@@ -110,9 +110,14 @@ func (s *Server) DeleteProvider(ctx context.Context, req *shoalv1.DeleteProvider
 }
 
 func (s *Server) waitProviderGone(ctx context.Context, p *shoalv1.Provider) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for ev := range s.cfg.Store.WatchProvider(ctx, p.Meta.Workspace, p.Meta.Name, p.Meta.ResourceVersion) {
+	ctx, cancel := s.bindShutdown(ctx)
+	events := s.cfg.Store.WatchProvider(ctx, p.Meta.Workspace, p.Meta.Name, p.Meta.ResourceVersion)
+	defer func() {
+		cancel()
+		for range events { // until the watch goroutine has returned
+		}
+	}()
+	for ev := range events {
 		if ev.Err != nil {
 			return ev.Err
 		}

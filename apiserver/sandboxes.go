@@ -100,6 +100,9 @@ func (s *Server) waitProvisioned(ctx context.Context, sb *shoalv1.Sandbox) (*sho
 }
 
 func ctxDone(ctx context.Context, what string) error {
+	if errors.Is(context.Cause(ctx), errShuttingDown) {
+		return shoal.Unavailable("the node shut down while %s; what was asked is recorded and goes on: wait again through another node", what)
+	}
 	if ctx.Err() == context.DeadlineExceeded {
 		return shoal.Unavailable("timed out %s", what)
 	}
@@ -219,9 +222,14 @@ func (s *Server) DeleteSandbox(ctx context.Context, req *shoalv1.DeleteSandboxRe
 // until that uid's record is deleted.
 func (s *Server) waitGone(ctx context.Context, sb *shoalv1.Sandbox) error {
 	m := sb.Meta
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	for ev := range s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion) {
+	ctx, cancel := s.bindShutdown(ctx)
+	events := s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion)
+	defer func() {
+		cancel()
+		for range events { // until the watch goroutine has returned
+		}
+	}()
+	for ev := range events {
 		if ev.Err != nil {
 			return ev.Err
 		}
@@ -300,8 +308,8 @@ func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer)
 	if len(req.Command) == 0 {
 		return shoal.Invalid("command", "is required")
 	}
-	if len(req.Command) > MaxCommandArgs {
-		return shoal.Invalid("command", "%d arguments; at most %d are allowed", len(req.Command), MaxCommandArgs)
+	if err := validCommand("command", req.Command); err != nil {
+		return err
 	}
 	ctx := stream.Context()
 	id, err := s.runningContainer(ctx, req.Workspace, req.Name, true)

@@ -38,6 +38,7 @@ const (
 	// MaxCPUMillis and MaxMemoryBytes bound resources before the node's own
 	// capacity is consulted, so that no conversion overflows.
 	MaxCPUMillis   = 1 << 20 // 1048 cores
+	MinCPUMillis   = 10      // Docker's smallest quota, 0.01 CPU
 	MaxMemoryBytes = 1 << 46 // 64 TiB
 	MaxCredentials = 64
 	MaxCommandArgs = 256
@@ -234,8 +235,8 @@ func validateSandbox(sb *shoalv1.Sandbox) error {
 		return err
 	}
 	if r := spec.Resources; r != nil {
-		if r.CpuMillis < 0 || r.CpuMillis > MaxCPUMillis {
-			return shoal.Invalid("sandbox.spec.resources.cpu_millis", "%d is out of range 0-%d (0: no limit)", r.CpuMillis, MaxCPUMillis)
+		if r.CpuMillis < 0 || (r.CpuMillis > 0 && r.CpuMillis < MinCPUMillis) || r.CpuMillis > MaxCPUMillis {
+			return shoal.Invalid("sandbox.spec.resources.cpu_millis", "%d is out of range: 0 (no limit) or %d-%d", r.CpuMillis, MinCPUMillis, MaxCPUMillis)
 		}
 		if r.MemoryBytes < 0 || (r.MemoryBytes > 0 && r.MemoryBytes < 6<<20) || r.MemoryBytes > MaxMemoryBytes {
 			return shoal.Invalid("sandbox.spec.resources.memory_bytes", "%d is out of range: 0 (no limit) or 6 MiB to %d bytes", r.MemoryBytes, int64(MaxMemoryBytes))

@@ -101,9 +101,10 @@ func TestDockerRefusalReachesStatus(t *testing.T) {
 		spec  *shoalv1.SandboxSpec
 		words string
 	}{
-		// The kernel refuses a CPU quota this small: Docker's start fails
-		// with exit code 128 and says why in State.Error.
-		{"cpu", &shoalv1.SandboxSpec{Resources: &shoalv1.Resources{CpuMillis: 5}, Providers: []string{"p"}}, "Docker"},
+		// Docker's start fails with exit code 127 and says why in
+		// State.Error. (A CPU quota below the kernel's minimum did the
+		// same; the API now refuses it up front.)
+		{"missing", &shoalv1.SandboxSpec{Command: []string{"/no/such/binary"}, Providers: []string{"p"}}, "no such file"},
 		// An executable whose name is longer than the message bound: the
 		// reason is cut, not stored whole.
 		{"long", &shoalv1.SandboxSpec{Command: []string{"/" + strings.Repeat("x", 3000)}, Providers: []string{"p"}}, "Docker could not start the container"},
