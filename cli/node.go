@@ -80,11 +80,22 @@ external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits a
 				if err != nil {
 					return usageError("%v", err)
 				}
+				// The banner waits for Ready, or for Run to return
+				// early; either way the goroutine ends before we do.
+				runDone := make(chan struct{})
+				bannerDone := make(chan struct{})
 				go func() {
-					<-n.Ready()
-					fmt.Fprintf(a.stderr, "shoal node %s serving the API on %s (etcd %s)\n", cfg.ID, n.Addr(), n.EtcdEndpoint())
+					defer close(bannerDone)
+					select {
+					case <-n.Ready():
+						fmt.Fprintf(a.stderr, "shoal node %s serving the API on %s (etcd %s)\n", cfg.ID, n.Addr(), n.EtcdEndpoint())
+					case <-runDone:
+					}
 				}()
-				if err := n.Run(c.Context); err != nil {
+				err = n.Run(c.Context)
+				close(runDone)
+				<-bannerDone
+				if err != nil {
 					return &exitError{code: ExitError, msg: err.Error()}
 				}
 				return nil

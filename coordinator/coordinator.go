@@ -165,11 +165,13 @@ func sandboxTask(sb *shoalv1.Sandbox) task {
 func (c *Coordinator) resync(ctx context.Context, fence *store.Fence, q *workqueue.Queue[task]) {
 	// Roll forward deletions whose deleter died between intent and mark;
 	// remove intents that match no record.
-	if intents, err := c.cfg.Store.Intents(ctx); err == nil {
-		for _, p := range intents {
-			if _, err := c.cfg.Store.CompleteIntent(ctx, p.Workspace, p.Sandbox, p.UID, fence); err != nil && ctx.Err() == nil {
-				c.log.Warn("resync: complete deletion intent", "sandbox", p.Sandbox, "err", err)
-			}
+	intents, err := c.cfg.Store.Intents(ctx)
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("resync: list deletion intents", "err", err)
+	}
+	for _, p := range intents {
+		if _, err := c.cfg.Store.CompleteIntent(ctx, p.Workspace, p.Sandbox, p.UID, fence); err != nil && ctx.Err() == nil {
+			c.log.Warn("resync: complete deletion intent", "sandbox", p.Sandbox, "err", err)
 		}
 	}
 	// Attachment keys of sandboxes that do not exist would block their

@@ -107,7 +107,7 @@ func (n *Node) Run(ctx context.Context) error {
 		return noEngine(err)
 	}
 
-	cli, closeEtcd, err := n.etcd()
+	cli, etcdFatal, closeEtcd, err := n.etcd()
 	if err != nil {
 		return err
 	}
@@ -177,7 +177,11 @@ func (n *Node) Run(ctx context.Context) error {
 		defer func() { debug.Close(); <-debugDone }()
 	}
 
-	loops, lctx := errgroup.WithContext(ctx)
+	// The loops run until the node stops for any reason: a signal, the
+	// API server failing, or the embedded etcd failing.
+	runCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	loops, lctx := errgroup.WithContext(runCtx)
 	loops.Go(func() error { return co.Start(lctx) })
 	loops.Go(func() error { return ag.Start(lctx) })
 	serveErr := make(chan error, 1)
@@ -194,8 +198,11 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 	case err := <-serveErr:
 		runErr = fmt.Errorf("api server: %w", err)
+	case err := <-etcdFatal:
+		runErr = fmt.Errorf("embedded etcd failed: %w", err)
 	}
-	n.log.Info("shutting down")
+	n.log.Info("shutting down", "err", runErr)
+	stopLoops()
 	// Streams (watches, exec, logs --follow) and waits would hold
 	// GracefulStop until ShutdownTimeout: end them now, with UNAVAILABLE,
 	// so their clients reconnect elsewhere; unary calls finish normally.
@@ -215,20 +222,22 @@ func (n *Node) Run(ctx context.Context) error {
 }
 
 // etcd connects to external endpoints or starts the embedded member.
-func (n *Node) etcd() (*clientv3.Client, func(), error) {
+// The returned channel reports a fatal error of the embedded member (nil
+// for an external etcd: its client reconnects on its own).
+func (n *Node) etcd() (*clientv3.Client, <-chan error, func(), error) {
 	cfg := n.cfg
 	if len(cfg.EtcdEndpoints) > 0 {
 		cli, err := embedetcd.Dial(cfg.EtcdEndpoints)
 		if err != nil {
-			return nil, nil, fmt.Errorf("--etcd-endpoints: %w", err)
+			return nil, nil, nil, fmt.Errorf("--etcd-endpoints: %w", err)
 		}
 		n.mu.Lock()
 		n.etcdE = cfg.EtcdEndpoints[0]
 		n.mu.Unlock()
-		return cli, func() { cli.Close() }, nil
+		return cli, nil, func() { cli.Close() }, nil
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, nil, fmt.Errorf("--data-dir: %w", err)
+		return nil, nil, nil, fmt.Errorf("--data-dir: %w", err)
 	}
 	ec := embedetcd.DefaultConfig(filepath.Join(cfg.DataDir, "etcd"))
 	ec.Name = cfg.ID
@@ -236,15 +245,15 @@ func (n *Node) etcd() (*clientv3.Client, func(), error) {
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
 	srv, err := embedetcd.Start(ec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (is another node using %s or port %s?)", err, cfg.DataDir, cfg.EtcdListenClient)
+		return nil, nil, nil, fmt.Errorf("%w (is another node using %s or port %s?)", err, cfg.DataDir, cfg.EtcdListenClient)
 	}
 	cli, err := srv.Client()
 	if err != nil {
 		srv.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	n.mu.Lock()
 	n.etcdE = srv.Endpoint()
 	n.mu.Unlock()
-	return cli, func() { cli.Close(); srv.Close() }, nil
+	return cli, srv.Err(), func() { cli.Close(); srv.Close() }, nil
 }
