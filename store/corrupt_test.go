@@ -215,4 +215,3 @@ func FuzzRecordDecoder(f *testing.F) {
 		}
 	})
 }
-
