@@ -17,7 +17,6 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
-	"shoal/docker"
 	"shoal/store"
 	"shoal/workqueue"
 )
@@ -35,14 +34,12 @@ var _ Store = (*store.Store)(nil)
 
 // Runtime is what the agent needs of the container runtime.
 type Runtime interface {
-	Run(ctx context.Context, s docker.Spec) (string, error)
+	Run(ctx context.Context, s shoal.ContainerSpec) (string, error)
 	RemoveContainer(ctx context.Context, id string) error
-	List(ctx context.Context) ([]docker.Container, error)
-	Inspect(ctx context.Context, id string) (docker.State, error)
-	Events(ctx context.Context) (<-chan docker.Event, <-chan error)
+	List(ctx context.Context) ([]shoal.Container, error)
+	Inspect(ctx context.Context, id string) (shoal.ContainerState, error)
+	Events(ctx context.Context) (<-chan shoal.ContainerEvent, <-chan error)
 }
-
-var _ Runtime = (*docker.Runtime)(nil)
 
 // Config of an Agent.
 type Config struct {
@@ -174,7 +171,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	// watch that breaks as soon as it opens (etcd without a leader, an
 	// engine that refuses the events call) must not spin.
 	var sandboxes <-chan store.Event[*shoalv1.Sandbox]
-	var devents <-chan docker.Event
+	var devents <-chan shoal.ContainerEvent
 	var derrs <-chan error
 	byUID := map[string]item{} // container uid label → sandbox, for events
 	watchBO := &backoff{min: a.cfg.RestartDelay, max: a.cfg.MaxRestartDelay}
@@ -328,7 +325,7 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 		}
 	}
 	seen := map[string]bool{}
-	var reap []docker.Container
+	var reap []shoal.Container
 	for _, c := range cs {
 		if known[c.UID] {
 			continue
@@ -411,7 +408,7 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	// started. Shutdown waits for the call instead (bounded).
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runTimeout)
 	defer cancel()
-	id, err := a.cfg.Runtime.Run(rctx, docker.Spec{
+	id, err := a.cfg.Runtime.Run(rctx, shoal.ContainerSpec{
 		UID: sb.Meta.Uid, Name: sb.Meta.Name, Workspace: sb.Meta.Workspace,
 		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets,
 		CPUMillis: spec.GetResources().GetCpuMillis(), MemoryBytes: spec.GetResources().GetMemoryBytes(),
@@ -511,7 +508,7 @@ func (a *Agent) syncStatus(ctx context.Context, sb *shoalv1.Sandbox) error {
 }
 
 // observe sets the phase that the container's state means.
-func observe(s *shoalv1.SandboxStatus, id string, st docker.State) {
+func observe(s *shoalv1.SandboxStatus, id string, st shoal.ContainerState) {
 	switch {
 	case !st.Exists:
 		s.Phase = shoalv1.SandboxPhase_ERROR

@@ -61,9 +61,9 @@ type breakingRuntime struct {
 	events calls
 }
 
-func (b *breakingRuntime) Events(ctx context.Context) (<-chan docker.Event, <-chan error) {
+func (b *breakingRuntime) Events(ctx context.Context) (<-chan shoal.ContainerEvent, <-chan error) {
 	if b.events.add() <= b.breaks {
-		out, errs := make(chan docker.Event), make(chan error, 1)
+		out, errs := make(chan shoal.ContainerEvent), make(chan error, 1)
 		errs <- errors.New("connection refused")
 		close(out)
 		close(errs)

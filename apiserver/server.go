@@ -18,7 +18,6 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
-	"shoal/docker"
 	"shoal/store"
 )
 
@@ -28,17 +27,13 @@ type Runtime interface {
 	Logs(ctx context.Context, id string, follow bool, tail int, stdout, stderr io.Writer) error
 }
 
-var _ Runtime = (*docker.Runtime)(nil)
-
 // Engine is what CreateSandbox asks of the node's container engine before
 // it stores anything: whether the image is there (nothing can be pulled)
 // and the most the engine can give one container.
 type Engine interface {
 	HasImage(ctx context.Context, ref string) (bool, error)
-	Capacity(ctx context.Context) (docker.Capacity, error)
+	Capacity(ctx context.Context) (shoal.EngineCapacity, error)
 }
-
-var _ Engine = (*docker.Runtime)(nil)
 
 // Config of a Server.
 type Config struct {
@@ -81,7 +76,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("apiserver: store and node are required")
 	}
 	if cfg.DefaultImage == "" {
-		cfg.DefaultImage = docker.DefaultImage
+		cfg.DefaultImage = shoal.DefaultImage
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

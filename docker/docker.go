@@ -40,7 +40,7 @@ const (
 )
 
 // DefaultImage is the sandbox image built by `make image`.
-const DefaultImage = "shoal/sandbox:dev"
+const DefaultImage = shoal.DefaultImage
 
 // Runtime talks to one Docker engine on behalf of one node of one cluster.
 type Runtime struct {
@@ -50,7 +50,7 @@ type Runtime struct {
 	log     *slog.Logger
 
 	capMu sync.Mutex
-	cap   Capacity
+	cap   shoal.EngineCapacity
 	capAt time.Time
 }
 
@@ -146,25 +146,6 @@ func (r *Runtime) owns(labels map[string]string, legacy bool) bool {
 	return legacy && labels[LabelNode] == r.node
 }
 
-// Spec is what a sandbox container needs.
-type Spec struct {
-	UID, Name, Workspace string
-	Image                string
-	Command              []string
-	Env                  []string
-	// Secrets are values (provider credentials, which are also in Env)
-	// that must never appear in an error: Run scrubs Docker's error text
-	// of them before it returns it.
-	Secrets     []string
-	CPUMillis   int64
-	MemoryBytes int64
-	// Settle, if positive, makes Run wait up to this long after the start
-	// for the container to stop, so that a command that ends at once is
-	// seen as ended, not running: Docker learns of an exit some 100 ms
-	// after the process is gone.
-	Settle time.Duration
-}
-
 // ContainerName is the Docker name of a sandbox's container.
 func ContainerName(ws, name, uid string) string {
 	return fmt.Sprintf("shoal-%s-%s-%s", ws, name, uid[:min(8, len(uid))])
@@ -179,7 +160,7 @@ func ContainerName(ws, name, uid string) string {
 // container's configuration or could not start its process) are
 // shoal.FailedPrecondition and carry Docker's own words; the others are
 // worth a retry. The id is returned with an error when a container exists.
-func (r *Runtime) Run(ctx context.Context, s Spec) (id string, err error) {
+func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, err error) {
 	defer func() { err = scrub(err, s.Secrets) }()
 	existing, err := r.byUID(ctx, s.UID)
 	if err != nil {
@@ -359,38 +340,31 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 	return nil
 }
 
-// Container is what the runtime reports of one container.
-type Container struct {
-	ID, UID, Name, Workspace, Node string
-	State                          string // created, running, exited, ...
-	Created                        time.Time
-}
-
 // List returns this node's shoal containers of this cluster (all states).
-func (r *Runtime) List(ctx context.Context) ([]Container, error) {
+func (r *Runtime) List(ctx context.Context) ([]shoal.Container, error) {
 	f := filters.NewArgs(filters.Arg("label", LabelManaged+"=true"),
 		filters.Arg("label", LabelCluster+"="+r.cluster), filters.Arg("label", LabelNode+"="+r.node))
 	return r.list(ctx, f, false)
 }
 
 // byUID lists this cluster's containers of a sandbox uid.
-func (r *Runtime) byUID(ctx context.Context, uid string) ([]Container, error) {
+func (r *Runtime) byUID(ctx context.Context, uid string) ([]shoal.Container, error) {
 	return r.list(ctx, filters.NewArgs(filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelUID+"="+uid)), true)
 }
 
 // list returns the containers that match f and that this cluster owns
 // (legacy: see owns).
-func (r *Runtime) list(ctx context.Context, f filters.Args, legacy bool) ([]Container, error) {
+func (r *Runtime) list(ctx context.Context, f filters.Args, legacy bool) ([]shoal.Container, error) {
 	cs, err := r.cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}
-	out := make([]Container, 0, len(cs))
+	out := make([]shoal.Container, 0, len(cs))
 	for _, c := range cs {
 		if !r.owns(c.Labels, legacy) {
 			continue
 		}
-		out = append(out, Container{
+		out = append(out, shoal.Container{
 			ID: c.ID, UID: c.Labels[LabelUID], Name: c.Labels[LabelName],
 			Workspace: c.Labels[LabelWorkspace], Node: c.Labels[LabelNode],
 			State: string(c.State), Created: time.Unix(c.Created, 0),
@@ -399,39 +373,25 @@ func (r *Runtime) list(ctx context.Context, f filters.Args, legacy bool) ([]Cont
 	return out, nil
 }
 
-// State of one container.
-type State struct {
-	Exists  bool
-	Running bool
-	// Paused is set with Running: the process exists but is frozen, so
-	// exec cannot run in it.
-	Paused   bool
-	Status   string
-	ExitCode int
-	OOM      bool
-	// Error is Docker's reason when it could not start the process.
-	Error string
-}
-
 // Inspect reports a container's state; a missing container is
-// State{Exists: false} and no error.
-func (r *Runtime) Inspect(ctx context.Context, id string) (State, error) {
+// ContainerState{Exists: false} and no error.
+func (r *Runtime) Inspect(ctx context.Context, id string) (shoal.ContainerState, error) {
 	ci, err := r.cli.ContainerInspect(ctx, id)
 	if cerrdefs.IsNotFound(err) {
-		return State{}, nil
+		return shoal.ContainerState{}, nil
 	}
 	if err != nil {
-		return State{}, fmt.Errorf("inspect container: %w", err)
+		return shoal.ContainerState{}, fmt.Errorf("inspect container: %w", err)
 	}
 	if ci.ContainerJSONBase == nil || ci.State == nil {
-		return State{}, fmt.Errorf("inspect container %s: the engine's answer has no state", id[:min(12, len(id))])
+		return shoal.ContainerState{}, fmt.Errorf("inspect container %s: the engine's answer has no state", id[:min(12, len(id))])
 	}
 	st := ci.State
 	errText := st.Error
 	if errText != "" && ci.Config != nil {
 		errText = redactAll(errText, envSecrets(ci.Config.Env))
 	}
-	return State{Exists: true, Running: st.Running, Paused: st.Paused, Status: string(st.Status), ExitCode: st.ExitCode, OOM: st.OOMKilled, Error: errText}, nil
+	return shoal.ContainerState{Exists: true, Running: st.Running, Paused: st.Paused, Status: string(st.Status), ExitCode: st.ExitCode, OOM: st.OOMKilled, Error: errText}, nil
 }
 
 // execWrapper runs an exec'd command under /bin/sh, which first writes
@@ -636,18 +596,10 @@ func (r *Runtime) Logs(ctx context.Context, id string, follow bool, tail int, st
 	return err
 }
 
-// Event is a container lifecycle event of one of this node's containers.
-type Event struct {
-	Action   string // start, die, destroy, oom, stop, ...
-	ID       string
-	UID      string
-	ExitCode string
-}
-
 // Events streams container events of this node's shoal containers (of this
 // cluster) until ctx
 // ends or the stream breaks (the error is sent, then both channels close).
-func (r *Runtime) Events(ctx context.Context) (<-chan Event, <-chan error) {
+func (r *Runtime) Events(ctx context.Context) (<-chan shoal.ContainerEvent, <-chan error) {
 	f := filters.NewArgs(
 		filters.Arg("type", string(events.ContainerEventType)),
 		filters.Arg("label", LabelManaged+"=true"),
@@ -655,7 +607,7 @@ func (r *Runtime) Events(ctx context.Context) (<-chan Event, <-chan error) {
 		filters.Arg("label", LabelNode+"="+r.node),
 	)
 	msgs, errs := r.cli.Events(ctx, events.ListOptions{Filters: f})
-	out := make(chan Event, 64)
+	out := make(chan shoal.ContainerEvent, 64)
 	outErr := make(chan error, 1)
 	go func() {
 		defer close(out)
@@ -663,7 +615,7 @@ func (r *Runtime) Events(ctx context.Context) (<-chan Event, <-chan error) {
 		for {
 			select {
 			case m := <-msgs:
-				e := Event{Action: string(m.Action), ID: m.Actor.ID, UID: m.Actor.Attributes[LabelUID], ExitCode: m.Actor.Attributes["exitCode"]}
+				e := shoal.ContainerEvent{Action: string(m.Action), ID: m.Actor.ID, UID: m.Actor.Attributes[LabelUID], ExitCode: m.Actor.Attributes["exitCode"]}
 				select {
 				case out <- e:
 				case <-ctx.Done():
@@ -682,18 +634,12 @@ func (r *Runtime) Events(ctx context.Context) (<-chan Event, <-chan error) {
 	return out, outErr
 }
 
-// Capacity is the most the engine can give one container.
-type Capacity struct {
-	NCPU     int
-	MemTotal int64
-}
-
 // capacityTTL: the engine's CPUs and memory change only with its machine,
 // and docker info is slow on some engines, so it is asked once a minute.
 const capacityTTL = time.Minute
 
 // Capacity reports the engine's CPU count and memory (docker info).
-func (r *Runtime) Capacity(ctx context.Context) (Capacity, error) {
+func (r *Runtime) Capacity(ctx context.Context) (shoal.EngineCapacity, error) {
 	r.capMu.Lock()
 	defer r.capMu.Unlock()
 	if !r.capAt.IsZero() && time.Since(r.capAt) < capacityTTL {
@@ -701,9 +647,9 @@ func (r *Runtime) Capacity(ctx context.Context) (Capacity, error) {
 	}
 	info, err := r.cli.Info(ctx)
 	if err != nil {
-		return Capacity{}, fmt.Errorf("docker info: %w", err)
+		return shoal.EngineCapacity{}, fmt.Errorf("docker info: %w", err)
 	}
-	r.cap, r.capAt = Capacity{NCPU: info.NCPU, MemTotal: info.MemTotal}, time.Now()
+	r.cap, r.capAt = shoal.EngineCapacity{NCPU: info.NCPU, MemTotal: info.MemTotal}, time.Now()
 	return r.cap, nil
 }
 

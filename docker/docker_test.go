@@ -27,8 +27,8 @@ func newRuntime(t *testing.T, node, cluster string) *docker.Runtime {
 
 func nodeID() string { return fmt.Sprintf("dt%x", time.Now().UnixNano())[:14] }
 
-func spec(name string) docker.Spec {
-	return docker.Spec{UID: uuid.NewString(), Name: name, Workspace: "default", Image: docker.DefaultImage}
+func spec(name string) shoal.ContainerSpec {
+	return shoal.ContainerSpec{UID: uuid.NewString(), Name: name, Workspace: "default", Image: docker.DefaultImage}
 }
 
 // A. Two clusters' runtimes with the same node id on one engine: each

@@ -28,6 +28,14 @@ import (
 	"shoal/store"
 )
 
+// The Docker runtime serves every part that needs an engine.
+var (
+	_ agent.Runtime       = (*docker.Runtime)(nil)
+	_ apiserver.Runtime   = (*docker.Runtime)(nil)
+	_ apiserver.Engine    = (*docker.Runtime)(nil)
+	_ coordinator.Runtime = (*docker.Runtime)(nil)
+)
+
 // Node is one shoal server.
 type Node struct {
 	cfg   Config

@@ -1,0 +1,66 @@
+package shoal
+
+import "time"
+
+// The container runtime's vocabulary, owned by shoal rather than by any
+// engine adapter: the agent and the API server depend on interfaces over
+// these types, so a node can be given any engine (Docker today, another
+// host's engine in a cluster test, a simulated one for scale tests).
+
+// DefaultImage is the sandbox image built by `make image`, used when a
+// sandbox names none.
+const DefaultImage = "shoal/sandbox:dev"
+
+// ContainerSpec is what a sandbox's container needs.
+type ContainerSpec struct {
+	UID, Name, Workspace string
+	Image                string
+	Command              []string
+	Env                  []string
+	// Secrets are values (provider credentials, which are also in Env)
+	// that must never appear in an error: the runtime scrubs the engine's
+	// error text of them before it returns it.
+	Secrets     []string
+	CPUMillis   int64
+	MemoryBytes int64
+	// Settle, if positive, makes Run wait up to this long after the start
+	// for the container to stop, so that a command that ends at once is
+	// seen as ended, not running: an engine learns of an exit some 100 ms
+	// after the process is gone.
+	Settle time.Duration
+}
+
+// Container is what a runtime reports of one of its containers.
+type Container struct {
+	ID, UID, Name, Workspace, Node string
+	State                          string // created, running, exited, ...
+	Created                        time.Time
+}
+
+// ContainerState is the state of one container.
+type ContainerState struct {
+	Exists  bool
+	Running bool
+	// Paused is set with Running: the process exists but is frozen, so
+	// exec cannot run in it.
+	Paused   bool
+	Status   string
+	ExitCode int
+	OOM      bool
+	// Error is the engine's reason when it could not start the process.
+	Error string
+}
+
+// ContainerEvent is a lifecycle event of one of a node's containers.
+type ContainerEvent struct {
+	Action   string // start, die, destroy, oom, stop, pause, unpause, ...
+	ID       string
+	UID      string
+	ExitCode string
+}
+
+// EngineCapacity is the most an engine can give one container.
+type EngineCapacity struct {
+	NCPU     int
+	MemTotal int64
+}
