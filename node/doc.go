@@ -2,9 +2,13 @@
 // and owns their lifetimes:
 //
 //	etcd (embedded, or external endpoints)
-//	└─ store ─┬─ apiserver (gRPC on --listen)
-//	          ├─ coordinator (leader-only, under lease)
-//	          └─ agent (node-local) ── docker runtime
+//	└─ store ─┬─ apiserver (gRPC on --listen) ─┐
+//	          ├─ coordinator (leader-only) ────┼─ docker runtime
+//	          └─ agent (node-local) ───────────┘
+//
+// The parts see the runtime through interfaces over shoal's own types
+// (container.go at the root); this package checks that the Docker runtime
+// satisfies each.
 //
 // Run checks the Docker engine first, then starts etcd, reads the cluster id
 // (container labels carry it), and starts the rest in that order. It stops

@@ -76,8 +76,10 @@ const (
 //  5. repeat until success or ctx ends. Jittered backoff starts only
 //     after repeated conflicts.
 //
-// Only a caller precondition, a mutate error, a lost fence or the context can
-// end the loop without success.
+// Only a caller precondition, a mutate error, a lost fence, the context, an
+// etcd call that fails (UNAVAILABLE: the caller may retry) or a stored value
+// that does not decode (DATA_LOSS) ends the loop without success. A
+// conflict never does.
 func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error) {
 	var zero T
 	cur, raw, rev := zero, []byte(nil), int64(0)
