@@ -41,6 +41,9 @@ const (
 	// The container exists but is paused (docker pause): it runs nothing and
 	// exec fails until it is unpaused.
 	SandboxPhase_PAUSED SandboxPhase = 6
+	// The sandbox's node was lost (its lease expired): nobody observes the
+	// container. The condition NodeLost says since when.
+	SandboxPhase_UNKNOWN SandboxPhase = 7
 )
 
 // Enum value maps for SandboxPhase.
@@ -53,6 +56,7 @@ var (
 		4: "STOPPED",
 		5: "DELETING",
 		6: "PAUSED",
+		7: "UNKNOWN",
 	}
 	SandboxPhase_value = map[string]int32{
 		"SANDBOX_PHASE_UNSPECIFIED": 0,
@@ -62,6 +66,7 @@ var (
 		"STOPPED":                   4,
 		"DELETING":                  5,
 		"PAUSED":                    6,
+		"UNKNOWN":                   7,
 	}
 )
 
@@ -366,8 +371,15 @@ type SandboxSpec struct {
 	Command []string               `protobuf:"bytes,2,rep,name=command,proto3" json:"command,omitempty"`
 	Env     map[string]string      `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Names of providers in the same workspace whose credentials are injected.
-	Providers     []string   `protobuf:"bytes,4,rep,name=providers,proto3" json:"providers,omitempty"`
-	Resources     *Resources `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
+	Providers []string   `protobuf:"bytes,4,rep,name=providers,proto3" json:"providers,omitempty"`
+	Resources *Resources `protobuf:"bytes,5,opt,name=resources,proto3" json:"resources,omitempty"`
+	// Desired placement. On create: the node to run on (optional); set by
+	// the server to the node it chose, in the create's own transaction.
+	// Never changes afterwards. status.node is where the container was
+	// observed to run.
+	Node string `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
+	// On create: only nodes whose labels include all of these are chosen.
+	NodeSelector  map[string]string `protobuf:"bytes,7,rep,name=node_selector,json=nodeSelector,proto3" json:"node_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -433,6 +445,20 @@ func (x *SandboxSpec) GetProviders() []string {
 func (x *SandboxSpec) GetResources() *Resources {
 	if x != nil {
 		return x.Resources
+	}
+	return nil
+}
+
+func (x *SandboxSpec) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *SandboxSpec) GetNodeSelector() map[string]string {
+	if x != nil {
+		return x.NodeSelector
 	}
 	return nil
 }
@@ -517,7 +543,8 @@ func (x *Condition) GetLastTransitionTime() *timestamppb.Timestamp {
 type SandboxStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Phase SandboxPhase           `protobuf:"varint,1,opt,name=phase,proto3,enum=shoal.v1.SandboxPhase" json:"phase,omitempty"`
-	// The node that runs the sandbox's container.
+	// Observed: the node whose agent last reported on the container (the
+	// desired node is spec.node).
 	Node          string       `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
 	ContainerId   string       `protobuf:"bytes,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
 	ExitCode      int32        `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
@@ -787,8 +814,13 @@ func (x *Preconditions) GetResourceVersion() int64 {
 type CreateSandboxRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Sandbox *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	// Return only when the sandbox is READY (or ERROR).
-	Wait          bool `protobuf:"varint,2,opt,name=wait,proto3" json:"wait,omitempty"`
+	// Return only when the sandbox left PROVISIONING (READY, STOPPED, ERROR,
+	// PAUSED).
+	Wait bool `protobuf:"varint,2,opt,name=wait,proto3" json:"wait,omitempty"`
+	// A client-chosen id of this create (a UUID). A retry with the same id
+	// after an ambiguous failure returns the sandbox the first attempt made
+	// instead of ALREADY_EXISTS.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -835,6 +867,13 @@ func (x *CreateSandboxRequest) GetWait() bool {
 		return x.Wait
 	}
 	return false
+}
+
+func (x *CreateSandboxRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 type GetSandboxRequest struct {
@@ -2180,6 +2219,1041 @@ func (x *DeleteProviderResponse) GetProvider() *Provider {
 	return nil
 }
 
+type Node struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node id (--node-id).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The API address other nodes and clients use (--advertise).
+	Address string            `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Version string            `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Labels  map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// 0: unlimited.
+	MaxSandboxes  int32                  `protobuf:"varint,5,opt,name=max_sandboxes,json=maxSandboxes,proto3" json:"max_sandboxes,omitempty"`
+	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	Status        *NodeStatus            `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Node) Reset() {
+	*x = Node{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Node) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Node) ProtoMessage() {}
+
+func (x *Node) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Node.ProtoReflect.Descriptor instead.
+func (*Node) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *Node) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Node) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Node) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Node) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Node) GetMaxSandboxes() int32 {
+	if x != nil {
+		return x.MaxSandboxes
+	}
+	return 0
+}
+
+func (x *Node) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Node) GetStatus() *NodeStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+type NodeStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True while the node holds its liveness lease.
+	Ready    bool `protobuf:"varint,1,opt,name=ready,proto3" json:"ready,omitempty"`
+	Cordoned bool `protobuf:"varint,2,opt,name=cordoned,proto3" json:"cordoned,omitempty"`
+	// Sandboxes placed on the node.
+	Sandboxes int32 `protobuf:"varint,3,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	// When the node was last known to hold its lease (for NotReady nodes).
+	LastSeen      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeStatus) Reset() {
+	*x = NodeStatus{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeStatus) ProtoMessage() {}
+
+func (x *NodeStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
+func (*NodeStatus) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *NodeStatus) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *NodeStatus) GetCordoned() bool {
+	if x != nil {
+		return x.Cordoned
+	}
+	return false
+}
+
+func (x *NodeStatus) GetSandboxes() int32 {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return 0
+}
+
+func (x *NodeStatus) GetLastSeen() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeen
+	}
+	return nil
+}
+
+type ListNodesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesRequest) Reset() {
+	*x = ListNodesRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesRequest) ProtoMessage() {}
+
+func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
+func (*ListNodesRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{32}
+}
+
+type ListNodesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*Node                `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesResponse) Reset() {
+	*x = ListNodesResponse{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesResponse) ProtoMessage() {}
+
+func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
+func (*ListNodesResponse) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ListNodesResponse) GetItems() []*Node {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type GetNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNodeRequest) Reset() {
+	*x = GetNodeRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNodeRequest) ProtoMessage() {}
+
+func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
+func (*GetNodeRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GetNodeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type CordonNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// false uncordons.
+	Cordon        bool `protobuf:"varint,2,opt,name=cordon,proto3" json:"cordon,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CordonNodeRequest) Reset() {
+	*x = CordonNodeRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CordonNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CordonNodeRequest) ProtoMessage() {}
+
+func (x *CordonNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CordonNodeRequest.ProtoReflect.Descriptor instead.
+func (*CordonNodeRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *CordonNodeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CordonNodeRequest) GetCordon() bool {
+	if x != nil {
+		return x.Cordon
+	}
+	return false
+}
+
+type RemoveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeRequest) Reset() {
+	*x = RemoveNodeRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeRequest) ProtoMessage() {}
+
+func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
+func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RemoveNodeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Sandboxes of the node whose deletion was requested.
+	Sandboxes     []string `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveNodeResponse) Reset() {
+	*x = RemoveNodeResponse{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveNodeResponse) ProtoMessage() {}
+
+func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
+func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RemoveNodeResponse) GetSandboxes() []string {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
+type ClusterStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterStatusRequest) Reset() {
+	*x = ClusterStatusRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatusRequest) ProtoMessage() {}
+
+func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
+func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{38}
+}
+
+type Member struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Hex, as etcdctl prints it.
+	Id         string   `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	PeerUrls   []string `protobuf:"bytes,3,rep,name=peer_urls,json=peerUrls,proto3" json:"peer_urls,omitempty"`
+	ClientUrls []string `protobuf:"bytes,4,rep,name=client_urls,json=clientUrls,proto3" json:"client_urls,omitempty"`
+	Leader     bool     `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	Learner    bool     `protobuf:"varint,6,opt,name=learner,proto3" json:"learner,omitempty"`
+	RaftTerm   uint64   `protobuf:"varint,7,opt,name=raft_term,json=raftTerm,proto3" json:"raft_term,omitempty"`
+	RaftIndex  uint64   `protobuf:"varint,8,opt,name=raft_index,json=raftIndex,proto3" json:"raft_index,omitempty"`
+	DbSize     int64    `protobuf:"varint,9,opt,name=db_size,json=dbSize,proto3" json:"db_size,omitempty"`
+	Healthy    bool     `protobuf:"varint,10,opt,name=healthy,proto3" json:"healthy,omitempty"`
+	// Why the member is not healthy, if it is not.
+	Error         string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *Member) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Member) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Member) GetPeerUrls() []string {
+	if x != nil {
+		return x.PeerUrls
+	}
+	return nil
+}
+
+func (x *Member) GetClientUrls() []string {
+	if x != nil {
+		return x.ClientUrls
+	}
+	return nil
+}
+
+func (x *Member) GetLeader() bool {
+	if x != nil {
+		return x.Leader
+	}
+	return false
+}
+
+func (x *Member) GetLearner() bool {
+	if x != nil {
+		return x.Learner
+	}
+	return false
+}
+
+func (x *Member) GetRaftTerm() uint64 {
+	if x != nil {
+		return x.RaftTerm
+	}
+	return 0
+}
+
+func (x *Member) GetRaftIndex() uint64 {
+	if x != nil {
+		return x.RaftIndex
+	}
+	return 0
+}
+
+func (x *Member) GetDbSize() int64 {
+	if x != nil {
+		return x.DbSize
+	}
+	return 0
+}
+
+func (x *Member) GetHealthy() bool {
+	if x != nil {
+		return x.Healthy
+	}
+	return false
+}
+
+func (x *Member) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type ClusterStatus struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// shoal's leader: the node that drives teardown.
+	LeaderNode string `protobuf:"bytes,2,opt,name=leader_node,json=leaderNode,proto3" json:"leader_node,omitempty"`
+	// The leader key's create revision: the fencing token of its writes.
+	FencingToken  int64                  `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	LeaderSince   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=leader_since,json=leaderSince,proto3" json:"leader_since,omitempty"`
+	ClusterId     string                 `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterStatus) Reset() {
+	*x = ClusterStatus{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterStatus) ProtoMessage() {}
+
+func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
+func (*ClusterStatus) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ClusterStatus) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ClusterStatus) GetLeaderNode() string {
+	if x != nil {
+		return x.LeaderNode
+	}
+	return ""
+}
+
+func (x *ClusterStatus) GetFencingToken() int64 {
+	if x != nil {
+		return x.FencingToken
+	}
+	return 0
+}
+
+func (x *ClusterStatus) GetLeaderSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaderSince
+	}
+	return nil
+}
+
+func (x *ClusterStatus) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+type ListMembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMembersRequest) Reset() {
+	*x = ListMembersRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMembersRequest) ProtoMessage() {}
+
+func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
+func (*ListMembersRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{41}
+}
+
+type ListMembersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMembersResponse) Reset() {
+	*x = ListMembersResponse{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMembersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMembersResponse) ProtoMessage() {}
+
+func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
+func (*ListMembersResponse) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListMembersResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+type AddMemberRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	PeerUrls []string               `protobuf:"bytes,2,rep,name=peer_urls,json=peerUrls,proto3" json:"peer_urls,omitempty"`
+	// Add as a voter at once instead of a learner.
+	Voter         bool `protobuf:"varint,3,opt,name=voter,proto3" json:"voter,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddMemberRequest) Reset() {
+	*x = AddMemberRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemberRequest) ProtoMessage() {}
+
+func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
+func (*AddMemberRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *AddMemberRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AddMemberRequest) GetPeerUrls() []string {
+	if x != nil {
+		return x.PeerUrls
+	}
+	return nil
+}
+
+func (x *AddMemberRequest) GetVoter() bool {
+	if x != nil {
+		return x.Voter
+	}
+	return false
+}
+
+type AddMemberResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Member *Member                `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	// name=peerURL,... including the new member: its --etcd-initial-cluster.
+	InitialCluster string `protobuf:"bytes,2,opt,name=initial_cluster,json=initialCluster,proto3" json:"initial_cluster,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *AddMemberResponse) Reset() {
+	*x = AddMemberResponse{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddMemberResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddMemberResponse) ProtoMessage() {}
+
+func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
+func (*AddMemberResponse) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *AddMemberResponse) GetMember() *Member {
+	if x != nil {
+		return x.Member
+	}
+	return nil
+}
+
+func (x *AddMemberResponse) GetInitialCluster() string {
+	if x != nil {
+		return x.InitialCluster
+	}
+	return ""
+}
+
+type RemoveMemberRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Member name, or hex id.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveMemberRequest) Reset() {
+	*x = RemoveMemberRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveMemberRequest) ProtoMessage() {}
+
+func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
+func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *RemoveMemberRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type PromoteMemberRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PromoteMemberRequest) Reset() {
+	*x = PromoteMemberRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PromoteMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PromoteMemberRequest) ProtoMessage() {}
+
+func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
+func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *PromoteMemberRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRequest) Reset() {
+	*x = SnapshotRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRequest) ProtoMessage() {}
+
+func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{47}
+}
+
+type SnapshotChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotChunk) Reset() {
+	*x = SnapshotChunk{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotChunk) ProtoMessage() {}
+
+func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
+func (*SnapshotChunk) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *SnapshotChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_shoal_v1_shoal_proto protoreflect.FileDescriptor
 
 const file_shoal_v1_shoal_proto_rawDesc = "" +
@@ -2205,14 +3279,19 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\tResources\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\x03R\tcpuMillis\x12!\n" +
-	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\"\xf8\x01\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\"\x9b\x03\n" +
 	"\vSandboxSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x120\n" +
 	"\x03env\x18\x03 \x03(\v2\x1e.shoal.v1.SandboxSpec.EnvEntryR\x03env\x12\x1c\n" +
 	"\tproviders\x18\x04 \x03(\tR\tproviders\x121\n" +
-	"\tresources\x18\x05 \x01(\v2\x13.shoal.v1.ResourcesR\tresources\x1a6\n" +
+	"\tresources\x18\x05 \x01(\v2\x13.shoal.v1.ResourcesR\tresources\x12\x12\n" +
+	"\x04node\x18\x06 \x01(\tR\x04node\x12L\n" +
+	"\rnode_selector\x18\a \x03(\v2'.shoal.v1.SandboxSpec.NodeSelectorEntryR\fnodeSelector\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
+	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\x01\n" +
 	"\tCondition\x12\x12\n" +
@@ -2247,10 +3326,12 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"L\n" +
 	"\rPreconditions\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12)\n" +
-	"\x10resource_version\x18\x02 \x01(\x03R\x0fresourceVersion\"W\n" +
+	"\x10resource_version\x18\x02 \x01(\x03R\x0fresourceVersion\"v\n" +
 	"\x14CreateSandboxRequest\x12+\n" +
 	"\asandbox\x18\x01 \x01(\v2\x11.shoal.v1.SandboxR\asandbox\x12\x12\n" +
-	"\x04wait\x18\x02 \x01(\bR\x04wait\"E\n" +
+	"\x04wait\x18\x02 \x01(\bR\x04wait\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"E\n" +
 	"\x11GetSandboxRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x97\x01\n" +
@@ -2351,7 +3432,78 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\rpreconditions\x18\x04 \x01(\v2\x17.shoal.v1.PreconditionsR\rpreconditions\"b\n" +
 	"\x16DeleteProviderResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x01(\bR\adeleted\x12.\n" +
-	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider*|\n" +
+	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"\xcb\x02\n" +
+	"\x04Node\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x122\n" +
+	"\x06labels\x18\x04 \x03(\v2\x1a.shoal.v1.Node.LabelsEntryR\x06labels\x12#\n" +
+	"\rmax_sandboxes\x18\x05 \x01(\x05R\fmaxSandboxes\x129\n" +
+	"\n" +
+	"started_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12,\n" +
+	"\x06status\x18\a \x01(\v2\x14.shoal.v1.NodeStatusR\x06status\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
+	"\n" +
+	"NodeStatus\x12\x14\n" +
+	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x1a\n" +
+	"\bcordoned\x18\x02 \x01(\bR\bcordoned\x12\x1c\n" +
+	"\tsandboxes\x18\x03 \x01(\x05R\tsandboxes\x127\n" +
+	"\tlast_seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\x12\n" +
+	"\x10ListNodesRequest\"9\n" +
+	"\x11ListNodesResponse\x12$\n" +
+	"\x05items\x18\x01 \x03(\v2\x0e.shoal.v1.NodeR\x05items\"$\n" +
+	"\x0eGetNodeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"?\n" +
+	"\x11CordonNodeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06cordon\x18\x02 \x01(\bR\x06cordon\"'\n" +
+	"\x11RemoveNodeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"2\n" +
+	"\x12RemoveNodeResponse\x12\x1c\n" +
+	"\tsandboxes\x18\x01 \x03(\tR\tsandboxes\"\x16\n" +
+	"\x14ClusterStatusRequest\"\xa1\x02\n" +
+	"\x06Member\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x1b\n" +
+	"\tpeer_urls\x18\x03 \x03(\tR\bpeerUrls\x12\x1f\n" +
+	"\vclient_urls\x18\x04 \x03(\tR\n" +
+	"clientUrls\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x18\n" +
+	"\alearner\x18\x06 \x01(\bR\alearner\x12\x1b\n" +
+	"\traft_term\x18\a \x01(\x04R\braftTerm\x12\x1d\n" +
+	"\n" +
+	"raft_index\x18\b \x01(\x04R\traftIndex\x12\x17\n" +
+	"\adb_size\x18\t \x01(\x03R\x06dbSize\x12\x18\n" +
+	"\ahealthy\x18\n" +
+	" \x01(\bR\ahealthy\x12\x14\n" +
+	"\x05error\x18\v \x01(\tR\x05error\"\xdf\x01\n" +
+	"\rClusterStatus\x12*\n" +
+	"\amembers\x18\x01 \x03(\v2\x10.shoal.v1.MemberR\amembers\x12\x1f\n" +
+	"\vleader_node\x18\x02 \x01(\tR\n" +
+	"leaderNode\x12#\n" +
+	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\x12=\n" +
+	"\fleader_since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vleaderSince\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x05 \x01(\tR\tclusterId\"\x14\n" +
+	"\x12ListMembersRequest\"A\n" +
+	"\x13ListMembersResponse\x12*\n" +
+	"\amembers\x18\x01 \x03(\v2\x10.shoal.v1.MemberR\amembers\"Y\n" +
+	"\x10AddMemberRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1b\n" +
+	"\tpeer_urls\x18\x02 \x03(\tR\bpeerUrls\x12\x14\n" +
+	"\x05voter\x18\x03 \x01(\bR\x05voter\"f\n" +
+	"\x11AddMemberResponse\x12(\n" +
+	"\x06member\x18\x01 \x01(\v2\x10.shoal.v1.MemberR\x06member\x12'\n" +
+	"\x0finitial_cluster\x18\x02 \x01(\tR\x0einitialCluster\")\n" +
+	"\x13RemoveMemberRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"*\n" +
+	"\x14PromoteMemberRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x11\n" +
+	"\x0fSnapshotRequest\"#\n" +
+	"\rSnapshotChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data*\x89\x01\n" +
 	"\fSandboxPhase\x12\x1d\n" +
 	"\x19SANDBOX_PHASE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPROVISIONING\x10\x01\x12\t\n" +
@@ -2360,7 +3512,8 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\aSTOPPED\x10\x04\x12\f\n" +
 	"\bDELETING\x10\x05\x12\n" +
 	"\n" +
-	"\x06PAUSED\x10\x06*m\n" +
+	"\x06PAUSED\x10\x06\x12\v\n" +
+	"\aUNKNOWN\x10\a*m\n" +
 	"\fProviderType\x12\x1d\n" +
 	"\x19PROVIDER_TYPE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -2392,7 +3545,20 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\vGetProvider\x12\x1c.shoal.v1.GetProviderRequest\x1a\x12.shoal.v1.Provider\x12P\n" +
 	"\rListProviders\x12\x1e.shoal.v1.ListProvidersRequest\x1a\x1f.shoal.v1.ListProvidersResponse\x12E\n" +
 	"\x0eUpdateProvider\x12\x1f.shoal.v1.UpdateProviderRequest\x1a\x12.shoal.v1.Provider\x12S\n" +
-	"\x0eDeleteProvider\x12\x1f.shoal.v1.DeleteProviderRequest\x1a .shoal.v1.DeleteProviderResponseB\x1cZ\x1ashoal/api/shoal/v1;shoalv1b\x06proto3"
+	"\x0eDeleteProvider\x12\x1f.shoal.v1.DeleteProviderRequest\x1a .shoal.v1.DeleteProviderResponse2\xbd\x05\n" +
+	"\aCluster\x12D\n" +
+	"\tListNodes\x12\x1a.shoal.v1.ListNodesRequest\x1a\x1b.shoal.v1.ListNodesResponse\x123\n" +
+	"\aGetNode\x12\x18.shoal.v1.GetNodeRequest\x1a\x0e.shoal.v1.Node\x129\n" +
+	"\n" +
+	"CordonNode\x12\x1b.shoal.v1.CordonNodeRequest\x1a\x0e.shoal.v1.Node\x12G\n" +
+	"\n" +
+	"RemoveNode\x12\x1b.shoal.v1.RemoveNodeRequest\x1a\x1c.shoal.v1.RemoveNodeResponse\x12A\n" +
+	"\x06Status\x12\x1e.shoal.v1.ClusterStatusRequest\x1a\x17.shoal.v1.ClusterStatus\x12J\n" +
+	"\vListMembers\x12\x1c.shoal.v1.ListMembersRequest\x1a\x1d.shoal.v1.ListMembersResponse\x12D\n" +
+	"\tAddMember\x12\x1a.shoal.v1.AddMemberRequest\x1a\x1b.shoal.v1.AddMemberResponse\x12L\n" +
+	"\fRemoveMember\x12\x1d.shoal.v1.RemoveMemberRequest\x1a\x1d.shoal.v1.ListMembersResponse\x12N\n" +
+	"\rPromoteMember\x12\x1e.shoal.v1.PromoteMemberRequest\x1a\x1d.shoal.v1.ListMembersResponse\x12@\n" +
+	"\bSnapshot\x12\x19.shoal.v1.SnapshotRequest\x1a\x17.shoal.v1.SnapshotChunk0\x01B\x1cZ\x1ashoal/api/shoal/v1;shoalv1b\x06proto3"
 
 var (
 	file_shoal_v1_shoal_proto_rawDescOnce sync.Once
@@ -2407,7 +3573,7 @@ func file_shoal_v1_shoal_proto_rawDescGZIP() []byte {
 }
 
 var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_shoal_v1_shoal_proto_goTypes = []any{
 	(SandboxPhase)(0),              // 0: shoal.v1.SandboxPhase
 	(ProviderType)(0),              // 1: shoal.v1.ProviderType
@@ -2442,80 +3608,131 @@ var file_shoal_v1_shoal_proto_goTypes = []any{
 	(*UpdateProviderRequest)(nil),  // 30: shoal.v1.UpdateProviderRequest
 	(*DeleteProviderRequest)(nil),  // 31: shoal.v1.DeleteProviderRequest
 	(*DeleteProviderResponse)(nil), // 32: shoal.v1.DeleteProviderResponse
-	nil,                            // 33: shoal.v1.ObjectMeta.LabelsEntry
-	nil,                            // 34: shoal.v1.ObjectMeta.AnnotationsEntry
-	nil,                            // 35: shoal.v1.SandboxSpec.EnvEntry
-	nil,                            // 36: shoal.v1.Provider.CredentialsEntry
-	nil,                            // 37: shoal.v1.Provider.ConfigEntry
-	nil,                            // 38: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	nil,                            // 39: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	(*timestamppb.Timestamp)(nil),  // 40: google.protobuf.Timestamp
+	(*Node)(nil),                   // 33: shoal.v1.Node
+	(*NodeStatus)(nil),             // 34: shoal.v1.NodeStatus
+	(*ListNodesRequest)(nil),       // 35: shoal.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),      // 36: shoal.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),         // 37: shoal.v1.GetNodeRequest
+	(*CordonNodeRequest)(nil),      // 38: shoal.v1.CordonNodeRequest
+	(*RemoveNodeRequest)(nil),      // 39: shoal.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),     // 40: shoal.v1.RemoveNodeResponse
+	(*ClusterStatusRequest)(nil),   // 41: shoal.v1.ClusterStatusRequest
+	(*Member)(nil),                 // 42: shoal.v1.Member
+	(*ClusterStatus)(nil),          // 43: shoal.v1.ClusterStatus
+	(*ListMembersRequest)(nil),     // 44: shoal.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),    // 45: shoal.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),       // 46: shoal.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 47: shoal.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 48: shoal.v1.RemoveMemberRequest
+	(*PromoteMemberRequest)(nil),   // 49: shoal.v1.PromoteMemberRequest
+	(*SnapshotRequest)(nil),        // 50: shoal.v1.SnapshotRequest
+	(*SnapshotChunk)(nil),          // 51: shoal.v1.SnapshotChunk
+	nil,                            // 52: shoal.v1.ObjectMeta.LabelsEntry
+	nil,                            // 53: shoal.v1.ObjectMeta.AnnotationsEntry
+	nil,                            // 54: shoal.v1.SandboxSpec.EnvEntry
+	nil,                            // 55: shoal.v1.SandboxSpec.NodeSelectorEntry
+	nil,                            // 56: shoal.v1.Provider.CredentialsEntry
+	nil,                            // 57: shoal.v1.Provider.ConfigEntry
+	nil,                            // 58: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	nil,                            // 59: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	nil,                            // 60: shoal.v1.Node.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 61: google.protobuf.Timestamp
 }
 var file_shoal_v1_shoal_proto_depIdxs = []int32{
-	33, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
-	34, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
-	40, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
-	40, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	35, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
+	52, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
+	53, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
+	61, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
+	61, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	54, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
 	4,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
-	40, // 6: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	0,  // 7: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
-	6,  // 8: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
-	3,  // 9: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
-	5,  // 10: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
-	7,  // 11: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
-	3,  // 12: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
-	1,  // 13: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
-	36, // 14: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
-	37, // 15: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
-	8,  // 16: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
-	8,  // 17: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
-	38, // 18: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	39, // 19: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	10, // 20: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
-	8,  // 21: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
-	2,  // 22: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
-	8,  // 23: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
-	9,  // 24: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
-	9,  // 25: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
-	9,  // 26: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
-	10, // 27: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
-	9,  // 28: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
-	11, // 29: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
-	12, // 30: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
-	13, // 31: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
-	15, // 32: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
-	16, // 33: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
-	18, // 34: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
-	20, // 35: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
-	22, // 36: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
-	24, // 37: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
-	25, // 38: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
-	26, // 39: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
-	27, // 40: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
-	28, // 41: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
-	30, // 42: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
-	31, // 43: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
-	8,  // 44: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
-	8,  // 45: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
-	14, // 46: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
-	8,  // 47: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
-	17, // 48: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
-	19, // 49: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	21, // 50: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
-	23, // 51: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
-	8,  // 52: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
-	8,  // 53: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
-	9,  // 54: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
-	9,  // 55: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
-	29, // 56: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
-	9,  // 57: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
-	32, // 58: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
-	44, // [44:59] is the sub-list for method output_type
-	29, // [29:44] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	55, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
+	61, // 7: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	0,  // 8: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
+	6,  // 9: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
+	3,  // 10: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
+	5,  // 11: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
+	7,  // 12: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
+	3,  // 13: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
+	1,  // 14: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
+	56, // 15: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
+	57, // 16: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
+	8,  // 17: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
+	8,  // 18: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
+	58, // 19: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	59, // 20: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	10, // 21: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
+	8,  // 22: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
+	2,  // 23: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
+	8,  // 24: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
+	9,  // 25: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
+	9,  // 26: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
+	9,  // 27: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
+	10, // 28: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
+	9,  // 29: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
+	60, // 30: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
+	61, // 31: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
+	34, // 32: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
+	61, // 33: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	33, // 34: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
+	42, // 35: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
+	61, // 36: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
+	42, // 37: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
+	42, // 38: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
+	11, // 39: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
+	12, // 40: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
+	13, // 41: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
+	15, // 42: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
+	16, // 43: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
+	18, // 44: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
+	20, // 45: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
+	22, // 46: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
+	24, // 47: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
+	25, // 48: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
+	26, // 49: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
+	27, // 50: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
+	28, // 51: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
+	30, // 52: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
+	31, // 53: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
+	35, // 54: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
+	37, // 55: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
+	38, // 56: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
+	39, // 57: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
+	41, // 58: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
+	44, // 59: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
+	46, // 60: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
+	48, // 61: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
+	49, // 62: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
+	50, // 63: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
+	8,  // 64: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
+	8,  // 65: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
+	14, // 66: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
+	8,  // 67: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
+	17, // 68: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
+	19, // 69: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
+	21, // 70: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
+	23, // 71: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
+	8,  // 72: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
+	8,  // 73: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
+	9,  // 74: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
+	9,  // 75: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
+	29, // 76: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
+	9,  // 77: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
+	32, // 78: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
+	36, // 79: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
+	33, // 80: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
+	33, // 81: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
+	40, // 82: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
+	43, // 83: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
+	45, // 84: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
+	47, // 85: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
+	45, // 86: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
+	45, // 87: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
+	51, // 88: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
+	64, // [64:89] is the sub-list for method output_type
+	39, // [39:64] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_shoal_v1_shoal_proto_init() }
@@ -2529,9 +3746,9 @@ func file_shoal_v1_shoal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shoal_v1_shoal_proto_rawDesc), len(file_shoal_v1_shoal_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   58,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_shoal_v1_shoal_proto_goTypes,
 		DependencyIndexes: file_shoal_v1_shoal_proto_depIdxs,
