@@ -161,6 +161,7 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	gs := grpc.NewServer(api.ServerOptions()...)
 	shoalv1.RegisterShoalServer(gs, api)
+	shoalv1.RegisterClusterServer(gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, Logger: cfg.Logger}))
 
 	n.mu.Lock()
 	n.addr, n.st, n.el, n.ag, n.cluster = lis.Addr().String(), st, el, ag, cluster

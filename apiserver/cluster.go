@@ -1,0 +1,36 @@
+package apiserver
+
+import (
+	"log/slog"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/store"
+)
+
+// ClusterConfig configures the Cluster service: the node registry
+// (cluster_nodes.go) and the etcd members (cluster_members.go).
+type ClusterConfig struct {
+	Store *store.Store
+	// Etcd is the node's etcd client; member calls go through it.
+	Etcd   *clientv3.Client
+	Logger *slog.Logger
+}
+
+// ClusterServer implements shoal.v1.Cluster. Every node serves it.
+type ClusterServer struct {
+	shoalv1.UnimplementedClusterServer
+	cfg ClusterConfig
+	log *slog.Logger
+}
+
+var _ shoalv1.ClusterServer = (*ClusterServer)(nil)
+
+// NewCluster returns a ClusterServer.
+func NewCluster(cfg ClusterConfig) *ClusterServer {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &ClusterServer{cfg: cfg, log: cfg.Logger.With("subsystem", "cluster-api")}
+}
