@@ -34,6 +34,13 @@ func (k keys) intent(ws, name string) string { return k.prefix + "/deleting/" + 
 func (k keys) clusterID() string       { return k.prefix + "/cluster/id" }
 func (k keys) pageTokenSecret() string { return k.prefix + "/cluster/page-token-secret" }
 
+// The node registry and placement (nodes.go).
+func (k keys) node(id string) string         { return k.prefix + "/nodes/" + id }
+func (k keys) nodeInfo(id string) string     { return k.prefix + "/nodeinfo/" + id }
+func (k keys) cordon(id string) string       { return k.prefix + "/cordon/" + id }
+func (k keys) placedPrefix(id string) string { return k.prefix + "/placed/" + id + "/" }
+func (k keys) placed(id, slot string) string { return k.placedPrefix(id) + slot }
+
 // Leader is the election prefix used by package lease.
 func (k keys) leader() string { return k.prefix + "/leader/" }
 

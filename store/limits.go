@@ -34,7 +34,7 @@ const (
 // the intent delete when the record is removed); the Else branch nests the
 // same ops once more.
 const (
-	maxBranchOps = 2*MaxProvidersPerSandbox + 2
+	maxBranchOps = 2*MaxProvidersPerSandbox + 3 // + intent delete, node slot
 	// MinEtcdTxnOps is the smallest etcd --max-txn-ops every transaction of
 	// the store fits; etcd's default (128) does.
 	MinEtcdTxnOps = 2 * maxBranchOps

@@ -38,6 +38,59 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *shoalv1.Sandbox) (*shoalv
 	})
 }
 
+// CreateSandboxOn creates a sandbox like CreateSandbox, on a node chosen
+// by p among the registry's Ready, uncordoned nodes that fit (nodes.go):
+// spec.node is set in the create's own Txn, which also compares that the
+// node's registry key exists and takes one of its slots.
+func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Placement) (*shoalv1.Sandbox, error) {
+	sb = clone(sb)
+	m := s.newMeta(sb.GetMeta())
+	if sb.Status == nil {
+		sb.Status = &shoalv1.SandboxStatus{}
+	}
+	if sb.Spec == nil {
+		sb.Spec = &shoalv1.SandboxSpec{}
+	}
+	sb.Status.Phase = shoalv1.SandboxPhase_PROVISIONING
+	var bind struct {
+		cmps []clientv3.Cmp
+		ops  []clientv3.Op
+	}
+	return update(ctx, s, updateSpec[*shoalv1.Sandbox]{
+		codec: sandboxCodec,
+		key:   s.k.sandbox(m.Workspace, m.Name),
+		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
+			if cur != nil {
+				if cur.GetMeta().GetDeletionTimestamp() != nil {
+					return nil, shoal.AlreadyExists("sandbox %q already exists and is being deleted; wait for the deletion to finish", m.Name)
+				}
+				return nil, shoal.AlreadyExists("sandbox %q already exists", m.Name)
+			}
+			next := clone(sb)
+			// Chosen afresh on every attempt: a conflict means the
+			// registry or the slots may have changed.
+			var err error
+			if bind.cmps, bind.ops, err = s.place(ctx, p, next); err != nil {
+				return nil, err
+			}
+			return next, nil
+		},
+		related: func(ctx context.Context, old, new *shoalv1.Sandbox) ([]clientv3.Cmp, []clientv3.Op, error) {
+			cmps, ops, err := s.sandboxRelated(ctx, old, new)
+			return append(cmps, bind.cmps...), append(ops, bind.ops...), err
+		},
+	})
+}
+
+// NodeOf is the node a sandbox belongs to: spec.node, or for a sandbox
+// created before placement existed, the node that took the request.
+func NodeOf(sb *shoalv1.Sandbox) string {
+	if n := sb.GetSpec().GetNode(); n != "" {
+		return n
+	}
+	return sb.GetStatus().GetNode()
+}
+
 // GetSandbox reads one sandbox.
 func (s *Store) GetSandbox(ctx context.Context, ws, name string) (*shoalv1.Sandbox, error) {
 	return get(ctx, s, sandboxCodec, s.k.sandbox(ws, name), name)
@@ -164,6 +217,14 @@ func (s *Store) sandboxRelated(ctx context.Context, old, new *shoalv1.Sandbox) (
 		// Created, or removed: a deletion intent left by an earlier
 		// incarnation (or this one's) goes too.
 		ops = append(ops, clientv3.OpDelete(s.k.intent(ws, name)))
+	}
+	if new == nil && old != nil {
+		// Removed: its node slot is free again.
+		freed, err := s.unplace(ctx, old)
+		if err != nil {
+			return nil, nil, err
+		}
+		ops = append(ops, freed...)
 	}
 	for _, p := range oldProv {
 		if !slices.Contains(newProv, p) {

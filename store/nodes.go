@@ -1,0 +1,314 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+)
+
+// The node registry and placement.
+//
+//	<prefix>/nodes/<id>           shoal.v1.Node, on the node's own lease: it is Ready while this key exists
+//	<prefix>/nodeinfo/<id>        shoal.v1.Node, no lease: the last registration, so a NotReady node is remembered
+//	<prefix>/cordon/<id>          present while the node is cordoned (survives restarts)
+//	<prefix>/placed/<id>/<slot>   one per sandbox placed on the node, value = "<ws>/<name>/<uid>"
+//
+// A node with a capacity (max_sandboxes N > 0) has slots "0".."N-1"; a
+// sandbox placed there takes a free slot in its create Txn, which compares
+// the slot absent, so concurrent creates can never exceed N and creates
+// that take different slots do not conflict. On a node without capacity
+// the slot is the sandbox's uid. The removal Txn deletes the slot.
+
+// ErrNodeIDTaken is returned by RegisterNode when a live node holds the id.
+var ErrNodeIDTaken = &shoal.Error{Kind: shoal.KindAlreadyExists, Msg: "node id is held by a live node"}
+
+// Registration is a node's entry in the registry.
+type Registration struct {
+	Node *shoalv1.Node
+	// Instance identifies one installation of the node (its data dir):
+	// a restarted node may take over its own previous, still-live
+	// registration; another node with the same id may not.
+	Instance string
+}
+
+const instanceLabel = "shoal.dev/instance"
+
+// RegisterNode puts the node's registry key on lease and its info key, in
+// one Txn that compares the registry key absent. If a live key exists and
+// carries the same instance, it is this node's previous incarnation (a
+// crash and restart within the TTL): its lease is revoked and the Txn
+// retried. Otherwise ErrNodeIDTaken names the holder's address.
+func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3.LeaseID) error {
+	n := proto.Clone(r.Node).(*shoalv1.Node)
+	n.Status = nil
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels[instanceLabel] = r.Instance
+	val, err := marshal.Marshal(n)
+	if err != nil {
+		return err
+	}
+	key, info := s.k.node(n.Name), s.k.nodeInfo(n.Name)
+	for attempt := 0; ; attempt++ {
+		resp, err := s.c.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease)), clientv3.OpPut(info, string(val))).
+			Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return etcdErr(ctx, err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			continue // expired meanwhile
+		}
+		var holder shoalv1.Node
+		_ = proto.Unmarshal(kvs[0].Value, &holder)
+		if holder.Labels[instanceLabel] != r.Instance || attempt > 2 {
+			return &shoal.Error{Kind: shoal.KindAlreadyExists, Msg: fmt.Sprintf(
+				"node id %q is held by a live node at %s (started %s); give this node another --node-id, or stop that one",
+				n.Name, holder.Address, holder.StartedAt.AsTime().Format("2006-01-02 15:04:05Z07:00"))}
+		}
+		if _, err := s.c.Revoke(ctx, clientv3.LeaseID(kvs[0].Lease)); err != nil && ctx.Err() != nil {
+			return ctxErr(ctx)
+		}
+	}
+}
+
+// DeregisterNode removes a node's registry key (a graceful stop), leaving
+// its info so that it shows as NotReady.
+func (s *Store) DeregisterNode(ctx context.Context, id string) error {
+	_, err := s.c.Delete(ctx, s.k.node(id))
+	if err != nil {
+		return etcdErr(ctx, err)
+	}
+	return nil
+}
+
+// CordonNode sets or clears a node's cordon. The node must be known.
+func (s *Store) CordonNode(ctx context.Context, id string, cordon bool) error {
+	var op clientv3.Op
+	if cordon {
+		op = clientv3.OpPut(s.k.cordon(id), "true")
+	} else {
+		op = clientv3.OpDelete(s.k.cordon(id))
+	}
+	resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(s.k.nodeInfo(id)), ">", 0)).Then(op).Commit()
+	if err != nil {
+		return etcdErr(ctx, err)
+	}
+	if !resp.Succeeded {
+		return shoal.NotFound("node %q not found; `shoal node list` shows the known nodes", id)
+	}
+	return nil
+}
+
+// Nodes returns every known node with its status, sorted by name.
+func (s *Store) Nodes(ctx context.Context) ([]*shoalv1.Node, error) {
+	resp, err := s.c.Txn(ctx).Then(
+		clientv3.OpGet(s.k.prefix+"/nodeinfo/", clientv3.WithPrefix()),
+		clientv3.OpGet(s.k.prefix+"/nodes/", clientv3.WithPrefix()),
+		clientv3.OpGet(s.k.prefix+"/cordon/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.k.prefix+"/placed/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+	).Commit()
+	if err != nil {
+		return nil, etcdErr(ctx, err)
+	}
+	r := resp.Responses
+	return nodesFrom(r[0].GetResponseRange().GetKvs(), r[1].GetResponseRange().GetKvs(),
+		r[2].GetResponseRange().GetKvs(), r[3].GetResponseRange().GetKvs(), s.k.prefix), nil
+}
+
+// GetNode returns one node.
+func (s *Store) GetNode(ctx context.Context, id string) (*shoalv1.Node, error) {
+	nodes, err := s.Nodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if n.Name == id {
+			return n, nil
+		}
+	}
+	return nil, shoal.NotFound("node %q not found; `shoal node list` shows the known nodes", id)
+}
+
+func nodesFrom(infos, live, cordons, placed []*mvccpb.KeyValue, prefix string) []*shoalv1.Node {
+	byName := map[string]*shoalv1.Node{}
+	add := func(kv *mvccpb.KeyValue, ready bool) {
+		var n shoalv1.Node
+		if proto.Unmarshal(kv.Value, &n) != nil || n.Name == "" {
+			return
+		}
+		delete(n.Labels, instanceLabel)
+		n.Status = &shoalv1.NodeStatus{Ready: ready}
+		byName[n.Name] = &n
+	}
+	for _, kv := range infos {
+		add(kv, false)
+	}
+	for _, kv := range live {
+		add(kv, true)
+	}
+	for _, kv := range cordons {
+		if n := byName[lastSegment(string(kv.Key))]; n != nil {
+			n.Status.Cordoned = true
+		}
+	}
+	for _, kv := range placed {
+		// <prefix>/placed/<id>/<slot>
+		rest := strings.TrimPrefix(string(kv.Key), prefix+"/placed/")
+		if id, _, ok := strings.Cut(rest, "/"); ok && byName[id] != nil {
+			byName[id].Status.Sandboxes++
+		}
+	}
+	out := make([]*shoalv1.Node, 0, len(byName))
+	for _, n := range byName {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Placement says where a new sandbox may go.
+type Placement struct {
+	// Node, if set, is the only candidate.
+	Node string
+	// Selector: a candidate's labels must include all of these.
+	Selector map[string]string
+}
+
+// place chooses a node for a new sandbox and returns the compares and ops
+// that bind it in the create Txn: the node's registry key exists (so no
+// sandbox is placed on a node whose lease is gone) and its slot is free.
+// Fewest sandboxes first; ties are broken at random.
+func (s *Store) place(ctx context.Context, p Placement, sb *shoalv1.Sandbox) ([]clientv3.Cmp, []clientv3.Op, error) {
+	nodes, err := s.Nodes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var why []string
+	var fit []*shoalv1.Node
+	for _, n := range nodes {
+		if p.Node != "" && n.Name != p.Node {
+			continue
+		}
+		switch {
+		case !n.Status.Ready:
+			why = append(why, n.Name+" not ready")
+		case n.Status.Cordoned:
+			why = append(why, n.Name+" cordoned")
+		case n.MaxSandboxes > 0 && n.Status.Sandboxes >= n.MaxSandboxes:
+			why = append(why, fmt.Sprintf("%s full (%d/%d)", n.Name, n.Status.Sandboxes, n.MaxSandboxes))
+		default:
+			if missing := lacks(n.Labels, p.Selector); missing != "" {
+				why = append(why, n.Name+" lacks label "+missing)
+				continue
+			}
+			fit = append(fit, n)
+		}
+	}
+	if len(fit) == 0 {
+		switch {
+		case p.Node != "" && len(why) == 0:
+			return nil, nil, shoal.FailedPrecondition("node %q is not known; `shoal node list` shows the nodes", p.Node)
+		case len(why) == 0:
+			return nil, nil, shoal.FailedPrecondition("no node fits: no node has registered; start one with `shoal node start`")
+		}
+		return nil, nil, shoal.FailedPrecondition("no node fits: %s", strings.Join(why, ", "))
+	}
+	rand.Shuffle(len(fit), func(i, j int) { fit[i], fit[j] = fit[j], fit[i] })
+	sort.SliceStable(fit, func(i, j int) bool { return fit[i].Status.Sandboxes < fit[j].Status.Sandboxes })
+	n := fit[0]
+	slot, err := s.freeSlot(ctx, n, sb.GetMeta().GetUid())
+	if err != nil {
+		return nil, nil, err
+	}
+	sb.Spec.Node = n.Name
+	key := s.k.placed(n.Name, slot)
+	return []clientv3.Cmp{
+			clientv3.Compare(clientv3.CreateRevision(s.k.node(n.Name)), ">", 0),
+			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+		},
+		[]clientv3.Op{clientv3.OpPut(key, placedValue(sb))}, nil
+}
+
+func placedValue(sb *shoalv1.Sandbox) string {
+	m := sb.GetMeta()
+	return m.GetWorkspace() + "/" + m.GetName() + "/" + m.GetUid()
+}
+
+// freeSlot picks a free slot of a node at random (so concurrent creates
+// rarely want the same one); on a node without capacity it is the uid.
+func (s *Store) freeSlot(ctx context.Context, n *shoalv1.Node, uid string) (string, error) {
+	if n.MaxSandboxes <= 0 {
+		return uid, nil
+	}
+	resp, err := s.c.Get(ctx, s.k.placedPrefix(n.Name), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return "", etcdErr(ctx, err)
+	}
+	taken := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		taken[lastSegment(string(kv.Key))] = true
+	}
+	var free []string
+	for i := range int(n.MaxSandboxes) {
+		if k := strconv.Itoa(i); !taken[k] {
+			free = append(free, k)
+		}
+	}
+	if len(free) == 0 {
+		return "", shoal.FailedPrecondition("no node fits: %s full (%d/%d)", n.Name, len(taken), n.MaxSandboxes)
+	}
+	return free[rand.IntN(len(free))], nil
+}
+
+// unplace returns the ops that free a removed sandbox's slot.
+func (s *Store) unplace(ctx context.Context, sb *shoalv1.Sandbox) ([]clientv3.Op, error) {
+	node := sb.GetSpec().GetNode()
+	if node == "" {
+		return nil, nil
+	}
+	resp, err := s.c.Get(ctx, s.k.placedPrefix(node), clientv3.WithPrefix())
+	if err != nil {
+		return nil, etcdErr(ctx, err)
+	}
+	want := placedValue(sb)
+	var ops []clientv3.Op
+	for _, kv := range resp.Kvs {
+		if string(kv.Value) == want {
+			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+		}
+	}
+	return ops, nil
+}
+
+// lacks returns the first selector term a label set does not satisfy.
+func lacks(labels, sel map[string]string) string {
+	keys := make([]string, 0, len(sel))
+	for k := range sel {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if v, ok := labels[k]; !ok || v != sel[k] {
+			return k + "=" + sel[k]
+		}
+	}
+	return ""
+}
