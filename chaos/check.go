@@ -196,11 +196,14 @@ func checkFencing(ctx context.Context, e *env, scn string, from leaderTerms) ([]
 
 // --- linearizability (porcupine), one partition per sandbox name ---
 
+// lzState is one sandbox name: absent, live or DELETING, and the value of
+// every writer's key on the record (canonical "k=v,..." form, see writes.go).
 type lzState struct {
 	Exists, Deleting bool
-	Flip             string
+	Writes           string
 }
 
+// lzInput: Arg of a write is "key=value".
 type lzInput struct {
 	Kind, Arg string
 }
@@ -210,13 +213,15 @@ type lzOutput struct {
 	Ambiguous bool
 	Exists    bool
 	Deleting  bool
-	Flip      string
+	Writes    string
 }
 
-// sandboxModel: a sandbox name is absent, live (with a label "flip") or
+// sandboxModel: a sandbox name is absent, live (with its writers' keys) or
 // DELETING. A DELETING sandbox may vanish at any moment (the coordinator's
 // teardown is not a client op). An op with an ambiguous outcome may or may
-// not have taken effect.
+// not have taken effect. A get must return the deletion state and every
+// writer's key exactly as some linearisation left them: a write that a
+// stale read-modify-write reverted shows as its key's older value.
 var sandboxModel = porcupine.NondeterministicModel{
 	Init: func() []any { return []any{lzState{}} },
 	Step: func(st, in, out any) []any {
@@ -248,7 +253,7 @@ var sandboxModel = porcupine.NondeterministicModel{
 	DescribeOperation: func(in, out any) string {
 		i, o := in.(lzInput), out.(lzOutput)
 		if o.Code == "OK" && i.Kind == "sandbox-get" {
-			return fmt.Sprintf("get -> flip=%q deleting=%v", o.Flip, o.Deleting)
+			return fmt.Sprintf("get -> {%s} deleting=%v", o.Writes, o.Deleting)
 		}
 		return fmt.Sprintf("%s(%s) -> %s", i.Kind, i.Arg, o.Code)
 	},
@@ -258,25 +263,36 @@ var sandboxModel = porcupine.NondeterministicModel{
 		case !s.Exists:
 			return "absent"
 		case s.Deleting:
-			return fmt.Sprintf("DELETING flip=%q", s.Flip)
+			return fmt.Sprintf("DELETING {%s}", s.Writes)
 		}
-		return fmt.Sprintf("live flip=%q", s.Flip)
+		return fmt.Sprintf("live {%s}", s.Writes)
 	},
+}
+
+// isWrite: label writes (API) and status writes (store) set their writer's
+// key on a live record.
+func isWrite(kind string) bool { return kind == "sandbox-label" || kind == "sandbox-status" }
+
+// changesState: the kinds of op whose success changes the modelled state.
+// For any other kind, sandboxModel's step on an ambiguous outcome is the
+// identity.
+func changesState(kind string) bool {
+	return kind == "sandbox-create" || isWrite(kind) || kind == "sandbox-delete" || kind == "sandbox-delete-wait"
 }
 
 // apply is the successful effect of an op.
 func apply(s lzState, i lzInput) (lzState, bool) {
-	switch i.Kind {
-	case "sandbox-create":
+	switch {
+	case i.Kind == "sandbox-create":
 		if !s.Exists {
 			return lzState{Exists: true}, true
 		}
-	case "sandbox-label":
+	case isWrite(i.Kind):
 		if s.Exists && !s.Deleting {
-			s.Flip = i.Arg
+			s.Writes = setWrite(s.Writes, i.Arg)
 			return s, true
 		}
-	case "sandbox-delete", "sandbox-delete-wait":
+	case i.Kind == "sandbox-delete", i.Kind == "sandbox-delete-wait":
 		// A wait-delete's record vanishes at some point inside the call;
 		// the model lets any DELETING state vanish, so both mark it.
 		if s.Exists {
@@ -294,7 +310,7 @@ func explain(s lzState, i lzInput, o lzOutput) (lzState, bool) {
 	switch i.Kind {
 	case "sandbox-get":
 		if ok {
-			return s, s.Exists && s.Deleting == o.Deleting && s.Flip == o.Flip
+			return s, s.Exists && s.Deleting == o.Deleting && s.Writes == o.Writes
 		}
 		if o.Code == codes.NotFound.String() {
 			return s, !s.Exists
@@ -308,9 +324,9 @@ func explain(s lzState, i lzInput, o lzOutput) (lzState, bool) {
 		case o.Code == codes.FailedPrecondition.String():
 			return s, !s.Exists // a provider was missing or terminating
 		}
-	case "sandbox-label", "sandbox-attach", "sandbox-detach":
+	case "sandbox-label", "sandbox-status", "sandbox-attach", "sandbox-detach":
 		switch {
-		case ok && i.Kind == "sandbox-label":
+		case ok && isWrite(i.Kind):
 			return apply(s, i)
 		case ok:
 			return s, s.Exists && !s.Deleting
@@ -318,7 +334,7 @@ func explain(s lzState, i lzInput, o lzOutput) (lzState, bool) {
 			return s, !s.Exists
 		case o.Code == codes.FailedPrecondition.String():
 			// Deleting, or (attach/detach) a provider problem.
-			return s, s.Exists && (s.Deleting || i.Kind != "sandbox-label")
+			return s, s.Exists && (s.Deleting || !isWrite(i.Kind))
 		}
 	case "sandbox-delete", "sandbox-delete-wait":
 		switch {
@@ -331,12 +347,35 @@ func explain(s lzState, i lzInput, o lzOutput) (lzState, bool) {
 	return s, false
 }
 
-var modelled = map[string]bool{"sandbox-create": true, "sandbox-get": true, "sandbox-label": true, "sandbox-attach": true,
-	"sandbox-detach": true, "sandbox-delete": true, "sandbox-delete-wait": true}
+var modelled = map[string]bool{"sandbox-create": true, "sandbox-get": true, "sandbox-label": true, "sandbox-status": true,
+	"sandbox-attach": true, "sandbox-detach": true, "sandbox-delete": true, "sandbox-delete-wait": true}
 
-// checkLinearizable runs porcupine over each sandbox name's history. On a
-// failure it writes the visualisation into dir.
-func checkLinearizable(ops []Op, scn, dir string, end int64, timeout time.Duration) ([]Violation, string) {
+// partitionHistory turns the modelled ops into one porcupine history per
+// sandbox name. An op with an ambiguous outcome may take effect any time
+// until end, which makes it concurrent with everything after it: each one
+// multiplies the orders and states the checker must try. Two kinds are left
+// out because they cannot change the verdict:
+//
+//   - an ambiguous op that cannot change the modelled state (a get, an
+//     attach or detach): its output is unknown and its step the identity;
+//   - an ambiguous write whose value no get of that name returned. Values
+//     are unique, and nothing but a get observes a key, so if a
+//     linearisation applies the write, no get lies between it and the
+//     next change of its key, and the same order without the write is a
+//     linearisation too. Most ambiguous writes are calls that a dead node
+//     refused; this keeps them from swamping the check.
+func partitionHistory(ops []Op, end int64) map[string][]porcupine.Operation {
+	seen := map[string]map[string]bool{} // name → "k=v" returned by a get
+	for _, o := range ops {
+		if o.Kind == "sandbox-get" && o.ok() && o.Writes != "" {
+			if seen[o.Name] == nil {
+				seen[o.Name] = map[string]bool{}
+			}
+			for _, kv := range strings.Split(o.Writes, ",") {
+				seen[o.Name][kv] = true
+			}
+		}
+	}
 	byName := map[string][]porcupine.Operation{}
 	for _, o := range ops {
 		if !modelled[o.Kind] || o.Name == "" {
@@ -344,13 +383,23 @@ func checkLinearizable(ops []Op, scn, dir string, end int64, timeout time.Durati
 		}
 		ret := o.Return
 		if o.ambiguous() {
+			if !changesState(o.Kind) || (isWrite(o.Kind) && !seen[o.Name][o.Arg]) {
+				continue
+			}
 			ret = end + 1 // it may take effect any time until the end
 		}
 		byName[o.Name] = append(byName[o.Name], porcupine.Operation{
 			ClientId: o.Client, Input: lzInput{o.Kind, o.Arg}, Call: o.Call, Return: ret,
-			Output: lzOutput{Code: o.Code, Ambiguous: o.ambiguous(), Exists: o.Exists, Deleting: o.Deleting, Flip: o.Flip},
+			Output: lzOutput{Code: o.Code, Ambiguous: o.ambiguous(), Exists: o.Exists, Deleting: o.Deleting, Writes: o.Writes},
 		})
 	}
+	return byName
+}
+
+// checkLinearizable runs porcupine over each sandbox name's history. On a
+// failure it writes the visualisation into dir.
+func checkLinearizable(ops []Op, scn, dir string, end int64, timeout time.Duration) ([]Violation, string) {
+	byName := partitionHistory(ops, end)
 	names := make([]string, 0, len(byName))
 	for n := range byName {
 		names = append(names, n)

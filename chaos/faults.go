@@ -150,7 +150,7 @@ type scenario struct {
 }
 
 var scenarios = map[string]scenario{
-	"conflicts": {order: 0, doc: "the traffic mix and the deletion writers, no faults"},
+	"conflicts": {order: 0, doc: "the traffic mix, the deletion writers and the contenders, no faults"},
 	"provider-race": {order: 1, providerRace: true,
 		doc: "sandbox create and attach racing provider delete on a few providers"},
 	"node-kill": {order: 2, needsProcess: true, doc: "the node killed hard (SIGKILL) mid-operation, restarted on the same data",

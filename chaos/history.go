@@ -21,10 +21,11 @@ type Op struct {
 	Code   string `json:"code"`
 	Err    string `json:"err,omitempty"`
 	// Output of reads and creates.
-	Exists   bool   `json:"exists,omitempty"`
-	Deleting bool   `json:"deleting,omitempty"`
-	Flip     string `json:"flip,omitempty"`
-	UID      string `json:"uid,omitempty"`
+	Exists   bool `json:"exists,omitempty"`
+	Deleting bool `json:"deleting,omitempty"`
+	// Writes: a get's writer keys, canonical (see writes.go).
+	Writes string `json:"writes,omitempty"`
+	UID    string `json:"uid,omitempty"`
 
 	Precondition bool `json:"precondition,omitempty"`
 	Lifecycle    bool `json:"lifecycle,omitempty"`
@@ -32,8 +33,11 @@ type Op struct {
 }
 
 // ambiguous reports whether the op may or may not have taken effect.
-func (o Op) ambiguous() bool {
-	switch o.Code {
+func (o Op) ambiguous() bool { return ambiguousCode(o.Code) }
+
+// ambiguousCode: the outcome of an op that ended with this code is unknown.
+func ambiguousCode(code string) bool {
+	switch code {
 	case codes.Unavailable.String(), codes.DeadlineExceeded.String(), codes.Canceled.String(), codes.Internal.String(), codes.Unknown.String():
 		return true
 	}

@@ -89,10 +89,13 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 	if err != nil {
 		return sr, err
 	}
-	t := &traffic{e: e, h: h, scn: name, race: sc.providerRace, targets: map[string]int{}}
+	t := &traffic{e: e, h: h, scn: name, race: sc.providerRace, targets: map[string]int{},
+		start: time.Now(), focusSeed: rng(200).Uint64()}
 	tctx, stop := context.WithTimeout(ctx, d)
 	defer stop()
 	var wg sync.WaitGroup
+	// Writer ids: the clients 0..Clients-1, then the lifecycle client, the
+	// harassers and the contenders; each writes its own key (writes.go).
 	for c := 0; c < cfg.Clients; c++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); t.client(tctx, c, rng(uint64(c)+1)) }()
@@ -101,7 +104,15 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 	go func() { defer wg.Done(); t.lifecycle(tctx, cfg.Clients) }()
 	for i, kind := range []string{"label", "status", "rewrite"} {
 		wg.Add(1)
-		go func() { defer wg.Done(); t.harass(tctx, kind, rng(uint64(100+i))) }()
+		go func() { defer wg.Done(); t.harass(tctx, cfg.Clients+1+i, kind, rng(uint64(100+i))) }()
+	}
+	// The provider race has no gets to observe labels with, and its point
+	// is provider deletes racing creates and attaches: no contenders there.
+	if !sc.providerRace {
+		for i, kind := range contenders {
+			wg.Add(1)
+			go func() { defer wg.Done(); t.contend(tctx, cfg.Clients+4+i, kind, rng(uint64(110+i))) }()
+		}
 	}
 	// The attachment invariant is sampled all along, not only at the end.
 	var sampleViolations []string

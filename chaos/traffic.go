@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/store"
 )
@@ -69,6 +70,15 @@ type traffic struct {
 	// rewrites, labelFlips and statusWrites count the harassers' writes.
 	statMu                             sync.Mutex
 	rewrites, labelFlips, statusWrites int
+
+	// seqs numbers each writer's writes, so that no two writes store the
+	// same value (writes.go).
+	seqMu sync.Mutex
+	seqs  map[int]int
+
+	// start and focusSeed place the contenders' focus (focus).
+	start     time.Time
+	focusSeed uint64
 }
 
 func (t *traffic) sandboxName(rng *rand.Rand) string {
@@ -102,6 +112,32 @@ func (t *traffic) randomTarget(rng *rand.Rand) (string, bool) {
 		i--
 	}
 	return "", false
+}
+
+func (t *traffic) nextSeq(writer int) int {
+	t.seqMu.Lock()
+	defer t.seqMu.Unlock()
+	if t.seqs == nil {
+		t.seqs = map[int]int{}
+	}
+	t.seqs[writer]++
+	return t.seqs[writer]
+}
+
+// contenders are the writers aimed together at the focus: two label
+// writers through the API, whose updates race in the node's update loop,
+// and a status writer through the store, as the node's status sync writes.
+var contenders = []string{"sandbox-label", "sandbox-label", "sandbox-status"}
+
+// focusPeriod is how long the contenders stay on one sandbox name.
+const focusPeriod = time.Second
+
+// focus is the pool name the contenders write to now: one name for all of
+// them at a time, so that their read-modify-writes overlap, moving through
+// the pool so that no one name's history carries all their ops.
+func (t *traffic) focus() string {
+	slot := uint64(time.Since(t.start) / focusPeriod)
+	return fmt.Sprintf("%s-sb%d", t.scn, rand.New(rand.NewPCG(t.focusSeed, slot)).IntN(sandboxPool))
 }
 
 // client runs one client's ops until ctx ends.
@@ -143,22 +179,12 @@ func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) c
 			op.UID, op.Exists = sb.Meta.Uid, true
 		}
 	case "sandbox-get":
-		name := t.sandboxName(rng)
-		op = t.h.begin(t.scn, id, kind, name)
-		var sb *shoalv1.Sandbox
-		sb, err = c.GetSandbox(cctx, &shoalv1.GetSandboxRequest{Name: name})
-		if err == nil {
-			op.Exists, op.UID, op.Flip = true, sb.Meta.Uid, sb.Meta.Labels["flip"]
-			op.Deleting = sb.Meta.DeletionTimestamp != nil
-		}
+		op, err = t.get(cctx, id, t.sandboxName(rng))
 	case "sandbox-list":
 		op = t.h.begin(t.scn, id, kind, "")
-		_, err = c.ListSandboxes(cctx, &shoalv1.ListSandboxesRequest{LabelSelector: "flip", PageSize: 50})
+		_, err = c.ListSandboxes(cctx, &shoalv1.ListSandboxesRequest{LabelSelector: labelKey(id), PageSize: 50})
 	case "sandbox-label":
-		name := t.sandboxName(rng)
-		op = t.h.begin(t.scn, id, kind, name)
-		op.Arg = fmt.Sprintf("v%d", rng.IntN(1000))
-		_, err = c.UpdateSandbox(cctx, &shoalv1.UpdateSandboxRequest{Name: name, SetLabels: map[string]string{"flip": op.Arg}})
+		op, err = t.write(cctx, nil, id, kind, t.sandboxName(rng))
 	case "sandbox-attach", "sandbox-detach":
 		name, p := t.sandboxName(rng), t.providerName(rng)
 		op = t.h.begin(t.scn, id, kind, name)
@@ -204,6 +230,42 @@ func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) c
 	}
 	t.h.finish(op, err)
 	return status.Code(err)
+}
+
+// get reads a sandbox through the API, recording its writer keys.
+func (t *traffic) get(ctx context.Context, id int, name string) (*Op, error) {
+	op := t.h.begin(t.scn, id, "sandbox-get", name)
+	sb, err := t.e.client.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: name})
+	if err == nil {
+		op.Exists, op.UID, op.Writes = true, sb.Meta.Uid, observedWrites(sb)
+		op.Deleting = sb.Meta.DeletionTimestamp != nil
+	}
+	return op, err
+}
+
+// write sets writer id's own key on a sandbox to a fresh value: kind
+// "sandbox-label" sets its label through the API (the node's update loop),
+// "sandbox-status" its status condition through st's update loop, as the
+// node's own status sync writes status. The op is begun, not finished: the
+// caller records it. Store errors carry the codes the API would return.
+func (t *traffic) write(ctx context.Context, st *store.Store, id int, kind, name string) (*Op, error) {
+	op := t.h.begin(t.scn, id, kind, name)
+	v := writeValue(id, t.nextSeq(id))
+	var err error
+	if kind == "sandbox-status" {
+		k := statusKey(id)
+		op.Arg = k + "=" + v
+		_, err = st.UpdateSandbox(ctx, store.DefaultWorkspace, name, store.Preconditions{}, func(sb *shoalv1.Sandbox) error {
+			setStatusWrite(sb, k, v)
+			return nil
+		})
+		err = shoal.GRPCStatus(err)
+	} else {
+		k := labelKey(id)
+		op.Arg = k + "=" + v
+		_, err = t.e.client.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: name, SetLabels: map[string]string{k: v}})
+	}
+	return op, err
 }
 
 // lifecycle runs create provider → sandbox with it → wait-delete sandbox →
@@ -253,10 +315,13 @@ func (t *traffic) lifecycle(ctx context.Context, id int) {
 	}
 }
 
-// harass aims writes at sandboxes being deleted: label flips through the
+// harass aims writes at sandboxes being deleted: label writes through the
 // API, status writes through the store, and byte-identical rewrites of the
-// raw key by a separate etcd client.
-func (t *traffic) harass(ctx context.Context, kind string, rng *rand.Rand) {
+// raw key by a separate etcd client. Label and status writes that landed,
+// or may have, are recorded and modelled like any client write (each
+// harasser owns its key); refusals had no effect and are left out, as the
+// harassers retry in a tight loop.
+func (t *traffic) harass(ctx context.Context, id int, kind string, rng *rand.Rand) {
 	st := store.New(t.e.raw, store.Options{Prefix: t.e.cfg.Prefix})
 	for ctx.Err() == nil {
 		name, ok := t.randomTarget(rng)
@@ -270,15 +335,12 @@ func (t *traffic) harass(ctx context.Context, kind string, rng *rand.Rand) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		var landed bool
 		switch kind {
-		case "label":
-			_, err := t.e.client.UpdateSandbox(cctx, &shoalv1.UpdateSandboxRequest{Name: name, SetLabels: map[string]string{"harass": fmt.Sprint(rng.IntN(1e6))}})
+		case "label", "status":
+			op, err := t.write(cctx, st, id, "sandbox-"+kind, name)
 			landed = err == nil
-		case "status":
-			_, err := st.UpdateSandbox(cctx, store.DefaultWorkspace, name, store.Preconditions{}, func(sb *shoalv1.Sandbox) error {
-				sb.Status.Message = fmt.Sprintf("watcher tick %d", rng.IntN(1e6))
-				return nil
-			})
-			landed = err == nil
+			if landed || ambiguousCode(status.Code(err).String()) {
+				t.h.finish(op, err)
+			}
 		case "rewrite":
 			landed = rewriteIdentical(cctx, t.e, st.SandboxKey(store.DefaultWorkspace, name))
 		}
@@ -294,6 +356,43 @@ func (t *traffic) harass(ctx context.Context, kind string, rng *rand.Rand) {
 				t.rewrites++
 			}
 			t.statMu.Unlock()
+		}
+	}
+}
+
+// contend writes to the focus sandbox in a loop: each write of its own key
+// (kind "sandbox-label" or "sandbox-status") is followed by a get, so that a
+// write that another writer's stale read-modify-write reverted is seen
+// while it is still reverted. The contenders share the focus, so their
+// updates race each other and the node's: under a correct update loop they
+// conflict and retry; under a broken one they revert each other's keys.
+// Everything is recorded. An absent focus is created, so that the
+// contenders have something to contend on most of the time.
+func (t *traffic) contend(ctx context.Context, id int, kind string, rng *rand.Rand) {
+	st := store.New(t.e.raw, store.Options{Prefix: t.e.cfg.Prefix})
+	for ctx.Err() == nil {
+		name := t.focus()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		op, err := t.write(cctx, st, id, kind, name)
+		t.h.finish(op, err)
+		if status.Code(err) == codes.NotFound {
+			op = t.h.begin(t.scn, id, "sandbox-create", name)
+			sb, err := t.e.client.CreateSandbox(cctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{
+				Meta: &shoalv1.ObjectMeta{Name: name}, Spec: &shoalv1.SandboxSpec{}}})
+			if err == nil {
+				op.UID, op.Exists = sb.Meta.Uid, true
+			}
+			t.h.finish(op, err)
+		}
+		op, err = t.get(cctx, id, name)
+		t.h.finish(op, err)
+		cancel()
+		if status.Code(err) == codes.Unavailable {
+			// The node is down: back off, as the clients do.
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(50+rng.IntN(100)) * time.Millisecond):
+			}
 		}
 	}
 }
