@@ -224,7 +224,7 @@ func (a *Agent) Start(ctx context.Context) error {
 				continue
 			}
 			sb := ev.Object
-			if sb.GetStatus().GetNode() != a.cfg.Node {
+			if store.NodeOf(sb) != a.cfg.Node {
 				continue
 			}
 			it := item{sb.Meta.Workspace, sb.Meta.Name}
@@ -304,7 +304,7 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 		return
 	}
 	page, err := a.cfg.Store.ListSandboxes(ctx, "", store.ListOptions{}, func(sb *shoalv1.Sandbox) bool {
-		return sb.GetStatus().GetNode() == a.cfg.Node
+		return store.NodeOf(sb) == a.cfg.Node
 	})
 	if err != nil {
 		a.log.Warn("resync: list sandboxes", "err", err)
@@ -377,7 +377,7 @@ func (a *Agent) reconcile(ctx context.Context, it item) error {
 	if err != nil {
 		return err
 	}
-	if sb.Meta.DeletionTimestamp != nil || sb.Status.GetNode() != a.cfg.Node {
+	if sb.Meta.DeletionTimestamp != nil || store.NodeOf(sb) != a.cfg.Node {
 		return nil
 	}
 	if sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING {
@@ -561,6 +561,8 @@ func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*sh
 				sb.Status = &shoalv1.SandboxStatus{}
 			}
 			f(sb.Status)
+			// Observed: this node's agent reports on the container.
+			sb.Status.Node = a.cfg.Node
 			sb.Status.Message = truncate(sb.Status.Message, MaxMessageBytes)
 			for _, c := range sb.Status.Conditions {
 				c.Message = truncate(c.Message, MaxMessageBytes)

@@ -23,6 +23,14 @@ func apiOn(t *testing.T) (*apiserver.Server, *store.Store) {
 	t.Helper()
 	c, _ := testenv.Etcd(t)
 	st := store.New(c, store.Options{})
+	// A registered node for placement; no runtime is needed here.
+	lease, err := c.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RegisterNode(context.Background(), store.Registration{Node: &shoalv1.Node{Name: "n1", Address: "127.0.0.1:1"}, Instance: "i1"}, lease.ID); err != nil {
+		t.Fatal(err)
+	}
 	srv, err := apiserver.New(apiserver.Config{Store: st, Node: "n1"})
 	if err != nil {
 		t.Fatal(err)

@@ -27,8 +27,8 @@ func (s *Server) CreateSandbox(ctx context.Context, req *shoalv1.CreateSandboxRe
 	if err := s.admit(ctx, sb.Spec); err != nil {
 		return nil, err
 	}
-	sb.Status = &shoalv1.SandboxStatus{Node: s.cfg.Node}
-	created, err := s.cfg.Store.CreateSandbox(ctx, sb)
+	sb.Status = &shoalv1.SandboxStatus{}
+	created, err := s.cfg.Store.CreateSandboxOn(ctx, sb, store.Placement{Node: sb.Spec.Node, Selector: sb.Spec.NodeSelector})
 	if err != nil || !req.Wait {
 		return created, err
 	}

@@ -234,6 +234,14 @@ func validateSandbox(sb *shoalv1.Sandbox) error {
 	if err := validProviders("sandbox.spec.providers", spec.Providers); err != nil {
 		return err
 	}
+	if spec.Node != "" {
+		if err := validName("sandbox.spec.node", spec.Node); err != nil {
+			return err
+		}
+	}
+	if err := validLabels("sandbox.spec.node_selector", spec.NodeSelector); err != nil {
+		return err
+	}
 	if r := spec.Resources; r != nil {
 		if r.CpuMillis < 0 || (r.CpuMillis > 0 && r.CpuMillis < MinCPUMillis) || r.CpuMillis > MaxCPUMillis {
 			return shoal.Invalid("sandbox.spec.resources.cpu_millis", "%d is out of range: 0 (no limit) or %d-%d", r.CpuMillis, MinCPUMillis, MaxCPUMillis)

@@ -128,6 +128,14 @@ func (a *app) api() (shoalv1.ShoalClient, error) {
 	return a.client, nil
 }
 
+// clusterAPI is the Cluster service on the same connection.
+func (a *app) clusterAPI() (shoalv1.ClusterClient, error) {
+	if _, err := a.api(); err != nil {
+		return nil, err
+	}
+	return shoalv1.NewClusterClient(a.conn), nil
+}
+
 // dialArgs checks the positional argument count, then dials: the opening
 // of every command that takes fixed arguments.
 func (a *app) dialArgs(c *cli.Context, n int, names string) (shoalv1.ShoalClient, error) {

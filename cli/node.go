@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	shoalv1 "shoal/api/shoal/v1"
 	"shoal/node"
 )
 
@@ -14,8 +15,8 @@ func (a *app) nodeCmd() *cli.Command {
 	def := node.DefaultConfig()
 	return &cli.Command{
 		Name:  "node",
-		Usage: "run a shoal node",
-		Subcommands: []*cli.Command{{
+		Usage: "run a shoal node, and list and cordon the cluster's nodes",
+		Subcommands: []*cli.Command{a.nodeList(), a.nodeGet(), a.nodeCordon(true), a.nodeCordon(false), {
 			Name:  "start",
 			Usage: "run a node in the foreground",
 			Description: `Runs the API, the coordinator (when this node leads) and the Docker agent.
@@ -33,6 +34,10 @@ external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits a
 				&cli.StringFlag{Name: "image", Value: def.DefaultImage, Usage: "default sandbox `IMAGE`"},
 				&cli.StringFlag{Name: "prefix", Value: def.Prefix, Usage: "etcd key `PREFIX`"},
 				&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "leader lease `TTL`"},
+				&cli.StringFlag{Name: "advertise", Usage: "API `ADDRESS` other nodes and clients reach this node at (default: --listen)"},
+				&cli.StringSliceFlag{Name: "node-label", Usage: "placement label `KEY=VALUE` of this node, repeatable"},
+				&cli.IntFlag{Name: "max-sandboxes", Value: def.MaxSandboxes, Usage: "place at most `N` sandboxes on this node (0: no cap)"},
+				&cli.DurationFlag{Name: "node-ttl", Value: def.NodeTTL, Usage: "liveness lease `TTL` of this node's registry entry"},
 				&cli.DurationFlag{Name: "resync", Value: def.Resync, Usage: "reconcile everything every `INTERVAL`"},
 				&cli.DurationFlag{Name: "orphan-grace", Value: def.OrphanGrace, Usage: "reap unrecorded containers after `DURATION`"},
 				&cli.IntFlag{Name: "max-watches", Value: def.MaxWatches, Usage: "serve at most `N` watch streams at once (more: RESOURCE_EXHAUSTED)"},
@@ -74,6 +79,15 @@ external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits a
 				cfg.OrphanGrace = c.Duration("orphan-grace")
 				cfg.MaxWatches = c.Int("max-watches")
 				cfg.MaxExecs = c.Int("max-execs")
+				cfg.Advertise = c.String("advertise")
+				labels, err := parseKV("--node-label", c.StringSlice("node-label"))
+				if err != nil {
+					return err
+				}
+				cfg.NodeLabels = labels
+				cfg.MaxSandboxes = c.Int("max-sandboxes")
+				cfg.NodeTTL = c.Duration("node-ttl")
+				cfg.Version = Version
 				cfg.DebugListen = c.String("debug-listen")
 				cfg.Logger = slog.New(h)
 				n, err := node.New(cfg)
@@ -101,5 +115,77 @@ external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits a
 				return nil
 			},
 		}},
+	}
+}
+
+func (a *app) nodeList() *cli.Command {
+	return &cli.Command{
+		Name:  "list",
+		Usage: "list the cluster's nodes",
+		Description: `STATUS is Ready while the node holds its liveness lease (--node-ttl), NotReady
+after it expired (the node is remembered); Cordoned nodes take no new sandboxes.
+SANDBOXES is placed/capacity.`,
+		Action: func(c *cli.Context) error {
+			if err := exactArgs(c, 0, ""); err != nil {
+				return err
+			}
+			api, err := a.clusterAPI()
+			if err != nil {
+				return err
+			}
+			resp, err := api.ListNodes(c.Context, &shoalv1.ListNodesRequest{})
+			if err != nil {
+				return err
+			}
+			return a.out.nodeList(resp.Items)
+		},
+	}
+}
+
+func (a *app) nodeGet() *cli.Command {
+	return &cli.Command{
+		Name:      "get",
+		Usage:     "show one node",
+		ArgsUsage: "NAME",
+		Action: func(c *cli.Context) error {
+			if err := exactArgs(c, 1, "NAME"); err != nil {
+				return err
+			}
+			api, err := a.clusterAPI()
+			if err != nil {
+				return err
+			}
+			n, err := api.GetNode(c.Context, &shoalv1.GetNodeRequest{Name: c.Args().First()})
+			if err != nil {
+				return err
+			}
+			return a.out.node(n)
+		},
+	}
+}
+
+func (a *app) nodeCordon(cordon bool) *cli.Command {
+	name, usage := "cordon", "stop placing new sandboxes on a node (its sandboxes keep running)"
+	if !cordon {
+		name, usage = "uncordon", "let a cordoned node take new sandboxes again"
+	}
+	return &cli.Command{
+		Name:      name,
+		Usage:     usage,
+		ArgsUsage: "NAME",
+		Action: func(c *cli.Context) error {
+			if err := exactArgs(c, 1, "NAME"); err != nil {
+				return err
+			}
+			api, err := a.clusterAPI()
+			if err != nil {
+				return err
+			}
+			n, err := api.CordonNode(c.Context, &shoalv1.CordonNodeRequest{Name: c.Args().First(), Cordon: cordon})
+			if err != nil {
+				return err
+			}
+			return a.out.node(n)
+		},
 	}
 }

@@ -196,10 +196,46 @@ func (p printer) sandboxes(s shape, items ...*shoalv1.Sandbox) error {
 	for _, sb := range items {
 		phase := strings.TrimPrefix(sb.GetStatus().GetPhase().String(), "SANDBOX_PHASE_")
 		rows = append(rows, []string{sb.GetMeta().GetName(), phase, list(sb.GetSpec().GetProviders()),
-			sb.GetSpec().GetImage(), sb.GetStatus().GetNode(), p.age(sb.GetMeta().GetCreatedAt()), kv(sb.GetMeta().GetLabels())})
+			sb.GetSpec().GetImage(), sandboxNode(sb), p.age(sb.GetMeta().GetCreatedAt()), kv(sb.GetMeta().GetLabels())})
 		msgs = append(msgs, sb)
 	}
 	return p.objects(s, []string{"name", "phase", "providers", "image", "node", "age", "labels"}, rows, msgs...)
+}
+
+// sandboxNode is the node a sandbox is placed on (spec.node), or the one
+// that reported it, for sandboxes made before placement.
+func sandboxNode(sb *shoalv1.Sandbox) string {
+	if n := sb.GetSpec().GetNode(); n != "" {
+		return n
+	}
+	return sb.GetStatus().GetNode()
+}
+
+func (p printer) node(n *shoalv1.Node) error { return p.nodes(bare, n) }
+
+func (p printer) nodeList(items []*shoalv1.Node) error { return p.nodes(itemList, items...) }
+
+func (p printer) nodes(s shape, items ...*shoalv1.Node) error {
+	rows := make([][]string, 0, len(items))
+	msgs := make([]proto.Message, 0, len(items))
+	for _, n := range items {
+		st := n.GetStatus()
+		status := "NotReady"
+		if st.GetReady() {
+			status = "Ready"
+		}
+		if st.GetCordoned() {
+			status += ",Cordoned"
+		}
+		max := "-"
+		if n.GetMaxSandboxes() > 0 {
+			max = fmt.Sprint(n.GetMaxSandboxes())
+		}
+		rows = append(rows, []string{n.GetName(), status, fmt.Sprintf("%d/%s", st.GetSandboxes(), max),
+			kv(n.GetLabels()), n.GetVersion(), n.GetAddress(), p.age(n.GetStartedAt())})
+		msgs = append(msgs, n)
+	}
+	return p.objects(s, []string{"name", "status", "sandboxes", "labels", "version", "address", "age"}, rows, msgs...)
 }
 
 func (p printer) provider(pr *shoalv1.Provider) error { return p.providers(bare, pr) }

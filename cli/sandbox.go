@@ -43,6 +43,8 @@ credentials in its environment. Without a command the image's default runs.
 			&cli.StringSliceFlag{Name: "label", Aliases: []string{"l"}, Usage: "label `KEY=VALUE`, repeatable"},
 			&cli.Int64Flag{Name: "cpu-millis", Usage: "CPU limit in `MILLICORES` (1000 = one core)"},
 			&cli.Int64Flag{Name: "memory-mib", Usage: "memory limit in `MIB`"},
+			&cli.StringFlag{Name: "node", Usage: "run on node `NAME` (default: the Ready node with the fewest sandboxes)"},
+			&cli.StringSliceFlag{Name: "node-selector", Usage: "only on nodes labelled `KEY=VALUE`, repeatable"},
 			&cli.BoolFlag{Name: "wait", Usage: "return when the sandbox is READY (or failed)"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * 60e9, Usage: "give up waiting after `DURATION`"},
 		},
@@ -55,6 +57,10 @@ credentials in its environment. Without a command the image's default runs.
 				return err
 			}
 			labels, err := parseKV("--label", c.StringSlice("label"))
+			if err != nil {
+				return err
+			}
+			selector, err := parseKV("--node-selector", c.StringSlice("node-selector"))
 			if err != nil {
 				return err
 			}
@@ -76,6 +82,7 @@ credentials in its environment. Without a command the image's default runs.
 				Spec: &shoalv1.SandboxSpec{
 					Image: c.String("image"), Command: c.Args().Tail(), Env: env, Providers: c.StringSlice("provider"),
 					Resources: &shoalv1.Resources{CpuMillis: c.Int64("cpu-millis"), MemoryBytes: c.Int64("memory-mib") << 20},
+					Node:      c.String("node"), NodeSelector: selector,
 				},
 			}}
 			ctx, cancel := a.timeoutCtx(c)

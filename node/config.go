@@ -17,6 +17,7 @@ import (
 	"shoal/docker"
 	"shoal/embedetcd"
 	"shoal/lease"
+	"shoal/registry"
 	"shoal/store"
 )
 
@@ -53,6 +54,18 @@ type Config struct {
 	MaxExecs int
 	// StartupWindow: see agent.Config.StartupWindow.
 	StartupWindow time.Duration
+	// Advertise is the API address other nodes and clients use to reach
+	// this node; default: Listen. An unspecified host (0.0.0.0, ::) is
+	// refused.
+	Advertise string
+	// NodeLabels are matched by sandboxes' node selectors.
+	NodeLabels map[string]string
+	// MaxSandboxes caps the sandboxes placed on this node; 0: no cap.
+	MaxSandboxes int
+	// NodeTTL is the liveness lease of the node's registry entry.
+	NodeTTL time.Duration
+	// Version is reported in the node registry.
+	Version string
 	// ShutdownTimeout bounds the graceful part of shutdown.
 	ShutdownTimeout time.Duration
 	// DebugListen, if set, serves net/http/pprof there (loopback only
@@ -86,6 +99,7 @@ func DefaultConfig() Config {
 		MaxWatches:       apiserver.DefaultMaxWatches,
 		MaxExecs:         apiserver.DefaultMaxExecs,
 		StartupWindow:    agent.DefaultStartupWindow,
+		NodeTTL:          registry.DefaultTTL,
 	}
 }
 
@@ -99,6 +113,18 @@ func defaultDataDir() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("shoal-%d", os.Getuid()))
 }
 
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > 63 || id[0] == '-' || id[len(id)-1] == '-' {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
 func sanitizeID(s string) string {
 	s = strings.ToLower(s)
 	b := []byte(s)
@@ -107,16 +133,23 @@ func sanitizeID(s string) string {
 			b[i] = '-'
 		}
 	}
-	if len(b) == 0 {
+	id := strings.Trim(string(b), "-")
+	if len(id) > 63 {
+		id = strings.Trim(id[:63], "-")
+	}
+	if id == "" {
 		return "node"
 	}
-	return string(b)
+	return id
 }
 
 // Validate reports the first bad field by its flag name.
 func (c *Config) Validate() error {
 	if c.ID == "" {
 		return errors.New("--node-id: must be set")
+	}
+	if !validID(c.ID) {
+		return fmt.Errorf("--node-id: %q must be 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit", c.ID)
 	}
 	if len(c.EtcdEndpoints) == 0 {
 		if c.DataDir == "" {
@@ -133,6 +166,26 @@ func (c *Config) Validate() error {
 	}
 	if !strings.HasPrefix(c.Prefix, "/") || strings.HasSuffix(c.Prefix, "/") {
 		return fmt.Errorf("--prefix: %q must start with '/' and not end with one", c.Prefix)
+	}
+	if c.NodeTTL < time.Second {
+		return fmt.Errorf("--node-ttl: %s is below the 1s minimum", c.NodeTTL)
+	}
+	if c.MaxSandboxes < 0 {
+		return fmt.Errorf("--max-sandboxes: %d is negative (0: no cap)", c.MaxSandboxes)
+	}
+	if c.Advertise != "" {
+		host, port, err := net.SplitHostPort(c.Advertise)
+		if err != nil || port == "" || port == "0" {
+			return fmt.Errorf("--advertise: %q is not host:port", c.Advertise)
+		}
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			return fmt.Errorf("--advertise: %q is an unspecified address; give the address others reach this node at", c.Advertise)
+		}
+	}
+	for k, v := range c.NodeLabels {
+		if k == "" || strings.ContainsAny(k+v, "=,\x00") {
+			return fmt.Errorf("--node-label: %q=%q is not a label", k, v)
+		}
 	}
 	if c.LeaseTTL < time.Second {
 		return fmt.Errorf("--lease-ttl: %s is below the 1s minimum", c.LeaseTTL)

@@ -5,18 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"shoal/agent"
 	shoalv1 "shoal/api/shoal/v1"
@@ -25,6 +29,7 @@ import (
 	"shoal/docker"
 	"shoal/embedetcd"
 	"shoal/lease"
+	"shoal/registry"
 	"shoal/store"
 )
 
@@ -159,6 +164,29 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
 	}
+	// Register before serving: a second node with a live node's id must
+	// fail here, with one line naming the holder.
+	advertise := cfg.Advertise
+	if advertise == "" {
+		advertise = lis.Addr().String()
+	}
+	instance, err := instanceID(cfg.DataDir)
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, TTL: cfg.NodeTTL, Instance: instance, Logger: cfg.Logger,
+		Node: &shoalv1.Node{Name: cfg.ID, Address: advertise, Version: cfg.Version, Labels: maps.Clone(cfg.NodeLabels),
+			MaxSandboxes: int32(cfg.MaxSandboxes), StartedAt: timestamppb.Now()}})
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	sess, err := reg.Register(ctx)
+	if err != nil {
+		lis.Close()
+		return err
+	}
 	gs := grpc.NewServer(api.ServerOptions()...)
 	shoalv1.RegisterShoalServer(gs, api)
 	shoalv1.RegisterClusterServer(gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, Logger: cfg.Logger}))
@@ -191,6 +219,7 @@ func (n *Node) Run(ctx context.Context) error {
 	runCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	loops, lctx := errgroup.WithContext(runCtx)
+	loops.Go(func() error { return reg.Start(lctx, sess) })
 	loops.Go(func() error { return co.Start(lctx) })
 	loops.Go(func() error { return ag.Start(lctx) })
 	serveErr := make(chan error, 1)
@@ -265,4 +294,22 @@ func (n *Node) etcd() (*clientv3.Client, <-chan error, func(), error) {
 	n.etcdE = srv.Endpoint()
 	n.mu.Unlock()
 	return cli, srv.Err(), func() { cli.Close(); srv.Close() }, nil
+}
+
+// instanceID is this installation's identity in the node registry, kept in
+// the data dir: a node restarted on its data dir may take over its own
+// previous registration; another node with the same --node-id may not.
+func instanceID(dataDir string) (string, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return "", fmt.Errorf("--data-dir: %w", err)
+	}
+	path := filepath.Join(dataDir, "instance")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	id := uuid.NewString()
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("--data-dir: %w", err)
+	}
+	return id, nil
 }

@@ -73,8 +73,8 @@ func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string, fence 
 	return tx.Succeeded, nil
 }
 
-// CollectAttachments removes attach/ and release/ keys whose sandbox
-// record does not exist. Such a key can only be left by a write around
+// CollectAttachments removes attach/, release/ and placed/ keys whose
+// sandbox record does not exist. Such a key can only be left by a write around
 // shoal (records and their attachment keys are created and removed in one
 // Txn), but it would block its provider's deletion forever. Each removal
 // is one fenced Txn comparing the sandbox key absent and the attachment
@@ -84,6 +84,7 @@ func (s *Store) CollectAttachments(ctx context.Context, fence *Fence) (int, erro
 		clientv3.OpGet(s.k.allSandboxes(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.k.prefix+"/attach/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.k.prefix+"/release/", clientv3.WithPrefix()),
+		clientv3.OpGet(s.k.prefix+"/placed/", clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return 0, etcdErr(ctx, err)
@@ -93,14 +94,24 @@ func (s *Store) CollectAttachments(ctx context.Context, fence *Fence) (int, erro
 		exists[string(kv.Key)] = true
 	}
 	removed := 0
-	for _, r := range resp.Responses[1:] {
+	for i, r := range resp.Responses[1:] {
 		for _, kv := range r.GetResponseRange().GetKvs() {
-			// <prefix>/attach|release/<ws>/<provider>/<sandbox>
-			parts := strings.Split(strings.TrimPrefix(string(kv.Key), s.k.prefix+"/"), "/")
-			if len(parts) != 4 {
-				continue
+			var sbKey string
+			if i < 2 {
+				// <prefix>/attach|release/<ws>/<provider>/<sandbox>
+				parts := strings.Split(strings.TrimPrefix(string(kv.Key), s.k.prefix+"/"), "/")
+				if len(parts) != 4 {
+					continue
+				}
+				sbKey = s.k.sandbox(parts[1], parts[3])
+			} else {
+				// <prefix>/placed/<node>/<slot>, value <ws>/<name>/<uid>
+				parts := strings.Split(string(kv.Value), "/")
+				if len(parts) != 3 {
+					continue
+				}
+				sbKey = s.k.sandbox(parts[0], parts[1])
 			}
-			sbKey := s.k.sandbox(parts[1], parts[3])
 			if exists[sbKey] {
 				continue
 			}

@@ -1,0 +1,166 @@
+package store_test
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/store"
+)
+
+func register(t *testing.T, s *store.Store, c *clientv3.Client, name string, max int32, labels map[string]string) clientv3.LeaseID {
+	t.Helper()
+	ctx := ctxT(t)
+	l, err := c.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RegisterNode(ctx, store.Registration{Node: &shoalv1.Node{Name: name, Address: name + ":7443", MaxSandboxes: max, Labels: labels}, Instance: name}, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	return l.ID
+}
+
+func placed(t *testing.T, s *store.Store) map[string]int {
+	t.Helper()
+	nodes, err := s.Nodes(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, n := range nodes {
+		out[n.Name] = int(n.Status.Sandboxes)
+	}
+	return out
+}
+
+// Placement spreads creates over the Ready nodes, fewest first; a node id
+// held by a live node is refused, its own previous instance is taken over.
+func TestPlacementSpreadsAndRegistryIsUnique(t *testing.T) {
+	s, c := newStore(t)
+	ctx := ctxT(t)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		register(t, s, c, n, 0, nil)
+	}
+	for i := range 30 {
+		sb, err := s.CreateSandboxOn(ctx, sandbox(fmt.Sprintf("s%02d", i)), store.Placement{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Spec.Node == "" {
+			t.Fatal("created without spec.node")
+		}
+	}
+	for n, count := range placed(t, s) {
+		if count < 8 || count > 12 {
+			t.Fatalf("node %s holds %d of 30: %v", n, count, placed(t, s))
+		}
+	}
+	// Removal frees the slot.
+	sb, _ := s.GetSandbox(ctx, "default", "s00")
+	before := placed(t, s)[sb.Spec.Node]
+	if _, err := s.MarkSandboxDeleting(ctx, "default", "s00", store.Preconditions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RemoveSandbox(ctx, "default", "s00", sb.Meta.Uid, nil); err != nil {
+		t.Fatal(err)
+	}
+	if after := placed(t, s)[sb.Spec.Node]; after != before-1 {
+		t.Fatalf("removal left %d on %s, was %d", after, sb.Spec.Node, before)
+	}
+
+	l, _ := c.Grant(ctx, 60)
+	err := s.RegisterNode(ctx, store.Registration{Node: &shoalv1.Node{Name: "n1", Address: "other:1"}, Instance: "another"}, l.ID)
+	if shoal.KindOf(err) != shoal.KindAlreadyExists || !strings.Contains(err.Error(), "n1:7443") {
+		t.Fatalf("duplicate node id: %v; want ALREADY_EXISTS naming the holder's address", err)
+	}
+	if err := s.RegisterNode(ctx, store.Registration{Node: &shoalv1.Node{Name: "n1", Address: "n1:7443"}, Instance: "n1"}, l.ID); err != nil {
+		t.Fatalf("the same instance restarted: %v", err)
+	}
+}
+
+// Capacity holds under concurrent creates: 20 at once on three nodes of 5
+// give exactly 15 sandboxes and 5 refusals that say why for each node.
+// Cordon, --node, --node-selector and a lost lease are obeyed.
+func TestPlacementCapacityCordonSelector(t *testing.T) {
+	s, c := newStore(t)
+	ctx := ctxT(t)
+	register(t, s, c, "a", 5, map[string]string{"gpu": "a100"})
+	register(t, s, c, "b", 5, nil)
+	gone := register(t, s, c, "c", 5, nil)
+	var wg sync.WaitGroup
+	errs := make([]error, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = s.CreateSandboxOn(ctx, sandbox(fmt.Sprintf("c%02d", i)), store.Placement{})
+		}()
+	}
+	wg.Wait()
+	ok, refused := 0, 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			ok++
+		case shoal.KindOf(err) == shoal.KindFailedPrecondition && strings.Contains(err.Error(), "no node fits") && strings.Contains(err.Error(), "full (5/5)"):
+			refused++
+		default:
+			t.Fatalf("create: %v", err)
+		}
+	}
+	if ok != 15 || refused != 5 {
+		t.Fatalf("%d created, %d refused; want 15 and 5 (%v)", ok, refused, placed(t, s))
+	}
+	for n, count := range placed(t, s) {
+		if count != 5 {
+			t.Fatalf("node %s holds %d, want 5", n, count)
+		}
+	}
+	// Free one slot on each node, then steer.
+	for _, n := range []string{"a", "b", "c"} {
+		page, _ := s.ListSandboxes(ctx, "default", store.ListOptions{}, func(sb *shoalv1.Sandbox) bool { return sb.Spec.Node == n })
+		victim := page.Items[0]
+		if _, err := s.MarkSandboxDeleting(ctx, "default", victim.Meta.Name, store.Preconditions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RemoveSandbox(ctx, "default", victim.Meta.Name, victim.Meta.Uid, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CordonNode(ctx, "b", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Revoke(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.CreateSandboxOn(ctx, sandbox("sel"), store.Placement{Selector: map[string]string{"gpu": "h100"}})
+	if msg := fmt.Sprint(err); shoal.KindOf(err) != shoal.KindFailedPrecondition ||
+		!strings.Contains(msg, "a lacks label gpu=h100") || !strings.Contains(msg, "b cordoned") || !strings.Contains(msg, "c not ready") {
+		t.Fatalf("selector nobody matches: %v", err)
+	}
+	sb, err := s.CreateSandboxOn(ctx, sandbox("gpu"), store.Placement{Selector: map[string]string{"gpu": "a100"}})
+	if err != nil || sb.Spec.Node != "a" {
+		t.Fatalf("selector gpu=a100: %v on %q", err, sb.GetSpec().GetNode())
+	}
+	if _, err := s.CreateSandboxOn(ctx, sandbox("on-b"), store.Placement{Node: "b"}); shoal.KindOf(err) != shoal.KindFailedPrecondition {
+		t.Fatalf("--node of a cordoned node: %v", err)
+	}
+	if err := s.CordonNode(ctx, "b", false); err != nil {
+		t.Fatal(err)
+	}
+	if sb, err := s.CreateSandboxOn(ctx, sandbox("on-b"), store.Placement{Node: "b"}); err != nil || sb.Spec.Node != "b" {
+		t.Fatalf("--node b after uncordon: %v", err)
+	}
+	if _, err := s.CreateSandboxOn(ctx, sandbox("nowhere"), store.Placement{Node: "zz"}); shoal.KindOf(err) != shoal.KindFailedPrecondition || !strings.Contains(err.Error(), "not known") {
+		t.Fatalf("--node of an unknown node: %v", err)
+	}
+	if err := s.CordonNode(ctx, "zz", true); shoal.KindOf(err) != shoal.KindNotFound {
+		t.Fatalf("cordon an unknown node: %v", err)
+	}
+}
