@@ -1,0 +1,73 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"shoal/cli"
+	"shoal/internal/testenv"
+)
+
+// The node registry through the built binary: node list and get, cordon
+// and uncordon steering placement, --node and --node-selector, and a
+// second node with a live node's id refused with one line naming it.
+func TestNodeCommandsThroughBinary(t *testing.T) {
+	testenv.RequireDocker(t)
+	bin := testenv.Binary(t)
+	cfg := testenv.NodeConfig(t)
+	cfg.NodeLabels = map[string]string{"zone": "a"}
+	cfg.MaxSandboxes = 3
+	n := testenv.StartNode(t, cfg)
+	ep, id := n.Addr(), cfg.ID
+
+	r := run(t, bin, ep, "node", "list").must(t, 0, "node list")
+	if !strings.Contains(r.stdout, id) || !strings.Contains(r.stdout, "Ready") || !strings.Contains(r.stdout, "0/3") || !strings.Contains(r.stdout, "zone=a") {
+		t.Fatalf("node list:\n%s", r.stdout)
+	}
+	r = run(t, bin, ep, "node", "list", "-o", "json").must(t, 0, "node list -o json")
+	var list struct {
+		Items []struct {
+			Name   string
+			Status struct{ Ready bool }
+		}
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &list); err != nil || len(list.Items) != 1 || !list.Items[0].Status.Ready {
+		t.Fatalf("node list -o json: %v\n%s", err, r.stdout)
+	}
+	run(t, bin, ep, "node", "get", id, "-o", "yaml").must(t, 0, "node get")
+	run(t, bin, ep, "node", "get", "no-such-node").must(t, cli.ExitNotFound, "node get unknown")
+
+	run(t, bin, ep, "node", "cordon", id).must(t, 0, "cordon")
+	r = run(t, bin, ep, "sandbox", "create", "blocked").must(t, cli.ExitPrecondition, "create on a cordoned cluster")
+	if !strings.Contains(r.stderr, "no node fits: "+id+" cordoned") {
+		t.Fatalf("cordoned create: %s", r.stderr)
+	}
+	if r := run(t, bin, ep, "node", "list"); !strings.Contains(r.stdout, "Ready,Cordoned") {
+		t.Fatalf("node list of a cordoned node:\n%s", r.stdout)
+	}
+	run(t, bin, ep, "node", "uncordon", id, "-o", "json").must(t, 0, "uncordon, flags after the name")
+
+	r = run(t, bin, ep, "sandbox", "create", "picky", "--node-selector", "zone=b").must(t, cli.ExitPrecondition, "selector nobody matches")
+	if !strings.Contains(r.stderr, id+" lacks label zone=b") {
+		t.Fatalf("selector refusal: %s", r.stderr)
+	}
+	run(t, bin, ep, "sandbox", "create", "elsewhere", "--node", "other-node").must(t, cli.ExitPrecondition, "--node of an unknown node")
+	r = run(t, bin, ep, "sandbox", "create", "here", "--node-selector", "zone=a", "--node", id, "--wait").must(t, 0, "create on the node")
+	if r = run(t, bin, ep, "sandbox", "get", "here"); !strings.Contains(r.stdout, id) {
+		t.Fatalf("sandbox get does not show its node:\n%s", r.stdout)
+	}
+	if r := run(t, bin, ep, "node", "list"); !strings.Contains(r.stdout, "1/3") {
+		t.Fatalf("node list after one create:\n%s", r.stdout)
+	}
+	run(t, bin, ep, "sandbox", "delete", "here", "--wait").must(t, 0, "delete")
+
+	// A second node with the live node's id: one clear line, naming the
+	// holder's address.
+	other := testenv.NodeConfig(t)
+	r = runWith(t, bin, ep, runOpts{}, "node", "start", "--node-id", id, "--etcd-endpoints", n.EtcdEndpoint(),
+		"--data-dir", other.DataDir, "--listen", "127.0.0.1:0")
+	if r.code == 0 || !strings.Contains(r.stderr, "held by a live node at "+ep) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 1 {
+		t.Fatalf("duplicate node id: exit %d\n%s", r.code, r.stderr)
+	}
+}
