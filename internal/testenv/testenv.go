@@ -1,5 +1,3 @@
-// Package testenv starts the real parts tests run against: an embedded etcd
-// per test, and access to the local Docker engine.
 package testenv
 
 import (

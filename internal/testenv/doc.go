@@ -1,0 +1,54 @@
+// Package testenv starts the real parts tests run against; there are no
+// mocks of etcd or Docker.
+//
+//   - Etcd: an embedded etcd per test on free loopback ports (testenv.go).
+//   - RequireDocker: the system Docker engine and the sandbox image, or a
+//     skip (a failure with SHOAL_REQUIRE_DOCKER=1).
+//   - StartNode: an in-process node on its own embedded etcd (node.go).
+//   - Binary: the shoal binary, $SHOAL_BIN or built once (binary.go).
+//   - StartEngines: a private Docker engine per name (engine.go).
+//   - StartCluster: a multi-host cluster in one machine (cluster.go).
+//
+// # Cluster harness
+//
+// StartCluster starts one etcd in the test process and N shoal nodes as
+// child processes of the built binary (`shoal node start --etcd-endpoints
+// ...`), each with its own node id, API port, data dir, log file, TCP proxy
+// to etcd and Docker engine. The test drives them by index:
+//
+//	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3})
+//	c.Client(0).CreateSandbox(...)   // the API of node 0; also ClusterClient
+//	c.Engine(0).Client               // node 0's Docker engine
+//	c.Kill(2); c.Restart(2)          // SIGKILL; same id, flags, data dir, engine
+//	c.Stop(1); c.Resume(1)           // SIGSTOP / SIGCONT: a hung host
+//	c.CutOff(1); c.Heal(1)           // node 1 loses etcd, then gets it back
+//	c.WaitReady(1)                   // until it serves a list again
+//
+// Hosts are separate: each node gets an extra dockerd of its own (root
+// only), beside the system one and sharing the system containerd under its
+// own namespace, with no bridge and no iptables rules, and the sandbox
+// image loaded into it from the system engine. A container of node 0 is
+// then on node 0's engine only, so a call that must reach it through
+// another node can only succeed by going through node 0. Where that is
+// impossible (not root, no dockerd, no containerd socket, or
+// SHOAL_SHARED_ENGINE=1) every node uses the system engine, the test log
+// says so, and Cluster.SeparateEngines is false; SHOAL_REQUIRE_ENGINES=1
+// (set by CI) makes that a failure instead.
+//
+// Everything is torn down when the test ends, in order: the nodes
+// (SIGTERM, then SIGKILL), their containers on every engine, the proxies,
+// etcd, then each private engine (its containers, its dockerd, its
+// containerd namespace and its files). Each child process has a goroutine
+// that reaps it and the harness waits for all of them. A test process that
+// dies without its cleanups takes its children with it (the parent-death
+// signal), and the next test process that starts an engine removes engine
+// directories nobody holds the lock of any more.
+//
+// Engines are started per test, in parallel, in a few seconds (dockerd
+// starts in well under a second; loading the image takes the rest), so no
+// state can pass from one test to the next.
+//
+// Today the nodes are etcd workers only. ClusterConfig.Voters is where a
+// mode with embedded etcd members on the nodes comes in (Cluster.args adds
+// their flags).
+package testenv
