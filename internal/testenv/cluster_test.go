@@ -31,9 +31,10 @@ func TestClusterHarness(t *testing.T) {
 	names := []string{"on-zero", "on-one", "on-two"}
 	sbs := make([]*shoalv1.Sandbox, c.Len())
 	for i, name := range names {
-		sbs[i] = create(t, ctx, c.Client(i), name)
+		// Placed on node i (--node) and created through it.
+		sbs[i] = create(t, ctx, c.Client(i), name, c.ID(i))
 		if sbs[i].Status.Node != c.ID(i) {
-			t.Fatalf("%s was created through node %d (%s) but runs on %q", name, i, c.ID(i), sbs[i].Status.Node)
+			t.Fatalf("%s was placed on node %d (%s) but runs on %q", name, i, c.ID(i), sbs[i].Status.Node)
 		}
 		onlyOn(t, ctx, c, i, sbs[i].Status.ContainerId)
 	}
@@ -85,11 +86,11 @@ func TestClusterHarness(t *testing.T) {
 	onlyOn(t, ctx, c, 0, sbs[0].Status.ContainerId)
 }
 
-func create(t *testing.T, ctx context.Context, cl shoalv1.ShoalClient, name string) *shoalv1.Sandbox {
+func create(t *testing.T, ctx context.Context, cl shoalv1.ShoalClient, name, node string) *shoalv1.Sandbox {
 	t.Helper()
 	sb, err := cl.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
 		Meta: &shoalv1.ObjectMeta{Name: name},
-		Spec: &shoalv1.SandboxSpec{},
+		Spec: &shoalv1.SandboxSpec{Node: node},
 	}})
 	if err != nil {
 		t.Fatalf("create %s: %v", name, err)
