@@ -277,13 +277,25 @@ func (s *Server) WatchSandboxes(req *shoalv1.WatchSandboxesRequest, stream shoal
 
 // runningContainer is the container of a sandbox for exec (running: only a
 // READY sandbox's process can run more) or logs (any container).
-func (s *Server) runningContainer(ctx context.Context, w, name string, running bool) (string, error) {
-	if s.cfg.Runtime == nil {
-		return "", shoal.Unavailable("this node has no container runtime")
-	}
+// container finds the container of a sandbox: on this node (its id), or on
+// another node (a client of that node, and the context to call it with).
+func (s *Server) container(ctx context.Context, w, name string, running bool) (string, shoalv1.ShoalClient, context.Context, error) {
 	sb, err := s.cfg.Store.GetSandbox(ctx, ws(w), name)
 	if err != nil {
-		return "", err
+		return "", nil, nil, err
+	}
+	remote, rctx, err := s.owner(ctx, sb)
+	if err != nil || remote != nil {
+		return "", remote, rctx, err
+	}
+	id, err := s.runningContainer(sb, running)
+	return id, nil, ctx, err
+}
+
+func (s *Server) runningContainer(sb *shoalv1.Sandbox, running bool) (string, error) {
+	name := sb.GetMeta().GetName()
+	if s.cfg.Runtime == nil {
+		return "", shoal.Unavailable("this node has no container runtime")
 	}
 	if sb.Meta.DeletionTimestamp != nil {
 		return "", shoal.FailedPrecondition("sandbox %q is being deleted", name)
@@ -312,7 +324,7 @@ func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer)
 		return err
 	}
 	ctx := stream.Context()
-	id, err := s.runningContainer(ctx, req.Workspace, req.Name, true)
+	id, remote, rctx, err := s.container(ctx, req.Workspace, req.Name, true)
 	if err != nil {
 		return err
 	}
@@ -321,6 +333,15 @@ func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer)
 		return err
 	}
 	defer release()
+	if remote != nil {
+		// Cancelling rctx (the caller went away) ends the owner's call,
+		// and the owner kills the command.
+		fwd, err := remote.Exec(rctx, req)
+		if err != nil {
+			return err
+		}
+		return relay(fwd.Recv, stream.Send)
+	}
 	// The output has no total cap: it streams in chunks of at most
 	// MaxChunk as it is produced, and gRPC flow control holds the command
 	// back while the client is slow. If the call ends early the runtime
@@ -372,7 +393,7 @@ func (s *Server) Logs(req *shoalv1.LogsRequest, stream shoalv1.Shoal_LogsServer)
 		return shoal.Invalid("tail_lines", "must not be negative")
 	}
 	ctx := stream.Context()
-	id, err := s.runningContainer(ctx, req.Workspace, req.Name, false)
+	id, remote, rctx, err := s.container(ctx, req.Workspace, req.Name, false)
 	if err != nil {
 		return err
 	}
@@ -384,6 +405,13 @@ func (s *Server) Logs(req *shoalv1.LogsRequest, stream shoalv1.Shoal_LogsServer)
 			return err
 		}
 		defer release()
+	}
+	if remote != nil {
+		fwd, err := remote.Logs(rctx, req)
+		if err != nil {
+			return err
+		}
+		return relay(fwd.Recv, stream.Send)
 	}
 	send := func(c *shoalv1.LogsChunk) error { return stream.Send(c) }
 	return s.cfg.Runtime.Logs(ctx, id, req.Follow, int(req.TailLines),

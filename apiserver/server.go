@@ -60,6 +60,7 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	tokens *tokenSigner
+	peers  peers
 
 	// life ends at Shutdown; streams and waits end with it.
 	life     context.Context

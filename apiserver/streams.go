@@ -50,7 +50,10 @@ var errShuttingDown = shoal.Unavailable("the node is shutting down; retry, or re
 // leave. New streams end as soon as they start. Unary calls are not
 // touched: they are short, and cutting a write short would leave its
 // client unsure whether it happened.
-func (s *Server) Shutdown() { s.shutdown(errShuttingDown) }
+func (s *Server) Shutdown() {
+	s.shutdown(errShuttingDown)
+	s.peers.close()
+}
 
 // bindShutdown returns a context that ends with ctx or at Shutdown,
 // whichever is first; its cause is errShuttingDown in the second case.

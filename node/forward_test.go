@@ -1,0 +1,116 @@
+package node_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/testenv"
+)
+
+// execThrough runs cmd in a sandbox through one node's API and returns
+// stdout, stderr and the exit code.
+func execThrough(ctx context.Context, c shoalv1.ShoalClient, name string, cmd ...string) (string, string, int32, error) {
+	stream, err := c.Exec(ctx, &shoalv1.ExecRequest{Name: name, Command: cmd})
+	if err != nil {
+		return "", "", 0, err
+	}
+	var out, errb strings.Builder
+	for {
+		ch, err := stream.Recv()
+		if err == io.EOF {
+			return out.String(), errb.String(), 0, fmt.Errorf("stream ended without an exit code")
+		}
+		if err != nil {
+			return out.String(), errb.String(), 0, err
+		}
+		if ch.Exited {
+			return out.String(), errb.String(), ch.ExitCode, nil
+		}
+		if ch.Stream == "stderr" {
+			errb.Write(ch.Data)
+		} else {
+			out.Write(ch.Data)
+		}
+	}
+}
+
+// c. Exec and logs through a node that does not own the sandbox, with a
+// Docker engine per node: only forwarding can reach the container. A
+// NotReady owner is UNAVAILABLE naming it.
+func TestExecAndLogsThroughANonOwner(t *testing.T) {
+	testenv.RequireDocker(t)
+	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 2, Args: []string{"--node-ttl", "2s"}})
+	if !c.SeparateEngines() {
+		t.Log("nodes share one Docker engine here: forwarding is exercised, engine separation is not")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	front, owner := c.Client(0), c.ID(1)
+	sb, err := front.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
+		Meta: &shoalv1.ObjectMeta{Name: "far"},
+		Spec: &shoalv1.SandboxSpec{Node: owner, Command: []string{"sh", "-c", "echo started-on-far; exec sleep 3600"}},
+	}})
+	if err != nil || sb.Status.Phase != shoalv1.SandboxPhase_READY || sb.Status.Node != owner {
+		t.Fatalf("create through node 0 onto node 1: %v %v", sb.GetStatus(), err)
+	}
+	if c.SeparateEngines() {
+		if _, err := c.Engine(0).Client.ContainerInspect(ctx, sb.Status.ContainerId); err == nil {
+			t.Fatal("the container is on node 0's engine too")
+		}
+		if _, err := c.Engine(1).Client.ContainerInspect(ctx, sb.Status.ContainerId); err != nil {
+			t.Fatalf("the container is not on its owner's engine: %v", err)
+		}
+	}
+	out, errOut, code, err := execThrough(ctx, front, "far", "sh", "-c", "echo out; echo err >&2; exit 7")
+	if err != nil || out != "out\n" || errOut != "err\n" || code != 7 {
+		t.Fatalf("exec through a non-owner: %q %q %d %v", out, errOut, code, err)
+	}
+	// 4 MiB byte for byte.
+	out, _, code, err = execThrough(ctx, front, "far", "sh", "-c", "dd if=/dev/urandom of=blob.bin bs=1024 count=4096 2>/dev/null; cat blob.bin")
+	if err != nil || code != 0 || len(out) != 4<<20 {
+		t.Fatalf("large exec through a non-owner: %d bytes, code %d, %v", len(out), code, err)
+	}
+	sum, _, _, err := execThrough(ctx, c.Client(1), "far", "sha256sum", "blob.bin")
+	if err != nil || !strings.HasPrefix(sum, fmt.Sprintf("%x", sha256.Sum256([]byte(out)))) {
+		t.Fatalf("forwarded output differs from the file: %q %v", sum, err)
+	}
+	logs, err := front.Logs(ctx, &shoalv1.LogsRequest{Name: "far"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got strings.Builder
+	for {
+		ch, err := logs.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("logs through a non-owner: %v", err)
+		}
+		got.Write(ch.Data)
+	}
+	if got.String() != "started-on-far\n" {
+		t.Fatalf("logs through a non-owner: %q", got.String())
+	}
+
+	// The owner is killed: once its lease is gone, calls through another
+	// node say which node is missing.
+	c.Kill(1)
+	testenv.Eventually(t, 30*time.Second, "owner NotReady", func() (bool, error) {
+		n, err := c.ClusterClient(0).GetNode(ctx, &shoalv1.GetNodeRequest{Name: owner})
+		return err == nil && !n.Status.Ready, err
+	})
+	_, _, _, err = execThrough(ctx, front, "far", "true")
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), owner) || !strings.Contains(err.Error(), "NotReady") {
+		t.Fatalf("exec on a NotReady owner: %v", err)
+	}
+}
