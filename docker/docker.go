@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,12 +287,36 @@ func redactAll(s string, secrets []string) string {
 			forms = append(forms, string(j[1:len(j)-1]))
 		}
 	}
-	// Longest first, so a secret that contains another goes whole.
-	slices.SortFunc(forms, func(a, b string) int { return len(b) - len(a) })
+	// Every occurrence of every form is found in the original text first,
+	// then the union of those spans is replaced: replacing one form at a
+	// time would break an overlapping occurrence of another apart and
+	// leave most of it in the clear.
+	hide := make([]bool, len(s))
 	for _, f := range forms {
-		s = strings.ReplaceAll(s, f, Redacted)
+		for i := 0; ; {
+			j := strings.Index(s[i:], f)
+			if j < 0 {
+				break
+			}
+			for k := i + j; k < i+j+len(f); k++ {
+				hide[k] = true
+			}
+			i += j + 1
+		}
 	}
-	return s
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if !hide[i] {
+			b.WriteByte(s[i])
+			i++
+			continue
+		}
+		for i < len(s) && hide[i] {
+			i++
+		}
+		b.WriteString(Redacted)
+	}
+	return b.String()
 }
 
 // envSecrets is what must not appear of a container's environment in its

@@ -55,3 +55,14 @@ func TestPidWriterSplitsThePidLineOff(t *testing.T) {
 		t.Fatalf("a first line that is no pid: %v", err)
 	}
 }
+
+// Two secrets that overlap in the text are hidden whole: no part of
+// either is left in the clear (found in review: the longer one was
+// replaced first and broke the shorter apart).
+func TestRedactOverlappingSecrets(t *testing.T) {
+	a, b := "/AAAAAAAAAAX", "XBBBBBBBBBSECRETB"
+	got := redactAll(`exec: "/AAAAAAAAAAXBBBBBBBBBSECRETB": not found`, []string{a, b})
+	if want := `exec: "` + Redacted + `": not found`; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}

@@ -2,8 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"shoal"
@@ -87,6 +89,9 @@ func list[T object](ctx context.Context, s *Store, c codec[T], prefix string, o 
 			opts = append(opts, clientv3.WithRev(rev))
 		}
 		resp, err := s.c.Get(ctx, start, opts...)
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			return page, shoal.Gone("the list's snapshot (revision %d) was compacted away; start the list again without a page token", rev)
+		}
 		if err != nil {
 			return page, etcdErr(ctx, err)
 		}

@@ -42,6 +42,8 @@ func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string, fence 
 	_, err := s.mark(ctx, ws, name, uid, nil)
 	switch shoal.KindOf(err) {
 	case shoal.KindNotFound, shoal.KindConflict:
+	case shoal.KindDataLoss:
+		return false, nil // a corrupt record: only deleting it frees the name
 	default:
 		return false, err
 	}

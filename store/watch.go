@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -36,6 +37,10 @@ func (s *Store) WatchSandboxes(ctx context.Context, ws, name string, fromRev int
 	}
 	return watch(ctx, s, sandboxCodec, key, prefix, fromRev)
 }
+
+// SlowWatcherGrace is how long a watch waits for a reader whose buffer is
+// full before it ends the watch.
+var SlowWatcherGrace = 5 * time.Second
 
 // WatchProviders streams provider changes in all workspaces.
 func (s *Store) WatchProviders(ctx context.Context, fromRev int64) <-chan Event[*shoalv1.Provider] {
@@ -82,6 +87,32 @@ func watch[T object](ctx context.Context, s *Store, c codec[T], key string, pref
 		}
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		defer cancel()
+		// A consumer that stops reading must not make the etcd client
+		// queue events for it without bound: once the buffer is full for
+		// SlowWatcherGrace, the watch ends (etcd's first, so nothing more
+		// is queued) with an error that says where to resume.
+		sendLive := func(e Event[T]) bool {
+			select {
+			case out <- e:
+				return true
+			case <-ctx.Done():
+				return false
+			default:
+			}
+			t := time.NewTimer(SlowWatcherGrace)
+			defer t.Stop()
+			select {
+			case out <- e:
+				return true
+			case <-ctx.Done():
+				return false
+			case <-t.C:
+			}
+			cancel()
+			send(Event[T]{Err: shoal.ResourceExhausted("watch ended: its reader fell %d events behind for %s; watch again from resource_version %d",
+				cap(out), SlowWatcherGrace, fromRev)})
+			return false
+		}
 		for wr := range s.c.Watch(wctx, key, opts...) {
 			if err := wr.Err(); err != nil {
 				if errors.Is(err, rpctypes.ErrCompacted) {
@@ -114,16 +145,17 @@ func watch[T object](ctx context.Context, s *Store, c codec[T], key string, pref
 					e.Object, err = c.decode(ev.Kv)
 				}
 				e.Revision = ev.Kv.ModRevision
-				fromRev = e.Revision
 				if err != nil {
 					// Skipped, not fatal: one bad value must not
 					// break every watcher of the prefix.
+					fromRev = e.Revision
 					s.report(string(ev.Kv.Key), ev.Kv.ModRevision, err)
 					continue
 				}
-				if !send(e) {
+				if !sendLive(e) {
 					return
 				}
+				fromRev = e.Revision
 			}
 		}
 		if ctx.Err() == nil {

@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,5 +72,77 @@ func TestWatchResumesFromResourceVersion(t *testing.T) {
 	ev, ok := <-s.WatchSandboxes(ctx, "default", "", created.Meta.ResourceVersion)
 	if !ok || shoal.KindOf(ev.Err) != shoal.KindGone {
 		t.Fatalf("watch from a compacted revision: %+v, want a Gone error", ev)
+	}
+}
+
+// A reader that stops reading does not make the watch queue events
+// without bound: the watch ends with RESOURCE_EXHAUSTED saying where to
+// resume, after at most its buffer.
+func TestSlowWatcherIsCutOff(t *testing.T) {
+	s, _ := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	old := store.SlowWatcherGrace
+	store.SlowWatcherGrace = 300 * time.Millisecond
+	defer func() { store.SlowWatcherGrace = old }()
+	if _, err := s.CreateSandbox(ctx, sandbox("w")); err != nil {
+		t.Fatal(err)
+	}
+	events := s.WatchSandboxes(ctx, "default", "w", 0)
+	if ev := <-events; ev.Err != nil {
+		t.Fatal(ev.Err)
+	}
+	for i := range 200 {
+		if _, err := s.UpdateSandbox(ctx, "default", "w", store.Preconditions{}, func(sb *shoalv1.Sandbox) error {
+			sb.Meta.Labels["n"] = fmt.Sprint(i)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for ev := range events {
+		if ev.Err != nil {
+			if shoal.KindOf(ev.Err) != shoal.KindResourceExhausted || !strings.Contains(ev.Err.Error(), "watch again from resource_version") {
+				t.Fatalf("end of a slow watch: %v", ev.Err)
+			}
+			if n >= 200 {
+				t.Fatalf("all %d events were delivered before the cut-off", n)
+			}
+			return
+		}
+		n++
+	}
+	t.Fatalf("the watch closed after %d events without an error", n)
+}
+
+// Continuing a list whose snapshot was compacted away is OUT_OF_RANGE
+// (start again), not UNAVAILABLE (retry).
+func TestCompactedContinuationIsGone(t *testing.T) {
+	s, c := newStore(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := s.CreateSandbox(ctx, sandbox(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p1, err := s.ListSandboxes(ctx, "default", store.ListOptions{Limit: 1}, nil)
+	if err != nil || p1.Next == nil {
+		t.Fatalf("first page: %v", err)
+	}
+	if _, err := s.CreateSandbox(ctx, sandbox("d")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.ListSandboxes(ctx, "default", *p1.Next, nil)
+	if shoal.KindOf(err) != shoal.KindGone {
+		t.Fatalf("continuation after compaction: %v, want Gone", err)
 	}
 }
