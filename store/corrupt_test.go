@@ -174,9 +174,28 @@ func TestRepairsRemoveOnlyStaleKeys(t *testing.T) {
 	if _, err := s.UpdateSandbox(ctx, "default", "live", store.Preconditions{}, func(sb *shoalv1.Sandbox) error { sb.Meta.Labels["x"] = "y"; return nil }); err != nil {
 		t.Fatalf("update after the repair: %v", err)
 	}
+	// Keys of an existing sandbox that it does not hold (found in review):
+	// another uid, a provider it does not list, and a malformed key.
+	if _, err := s.CreateProvider(ctx, provider("q")); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"/shoal/attach/default/q/live":  live.Meta.Uid, // not listed
+		"/shoal/release/default/p/live": "wrong-uid",
+		"/shoal/attach/default/q/a/b":   "x",
+		"/shoal/placed/ghost-node/0":    "default/ghost/uid",
+		"/shoal/placed/ghost-node/1":    "default/live/wrong-uid",
+	} {
+		if _, err := c.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n, err := s.CollectAttachments(ctx, nil)
-	if err != nil || n != 1 {
-		t.Fatalf("collect: %d removed, %v; want the ghost's key only", n, err)
+	if err != nil || n != 6 {
+		t.Fatalf("collect: %d removed, %v; want the 6 keys no sandbox holds", n, err)
+	}
+	if _, _, err := s.DeleteProvider(ctx, "default", "q", store.Preconditions{}); err != nil {
+		t.Fatalf("provider q after the collection: %v", err)
 	}
 	if countPrefix(t, c, "/shoal/attach/default/p/live") != 1 {
 		t.Fatal("the live sandbox's attachment key was collected")

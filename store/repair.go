@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"shoal"
@@ -75,15 +78,16 @@ func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string, fence 
 	return tx.Succeeded, nil
 }
 
-// CollectAttachments removes attach/, release/ and placed/ keys whose
-// sandbox record does not exist. Such a key can only be left by a write around
-// shoal (records and their attachment keys are created and removed in one
-// Txn), but it would block its provider's deletion forever. Each removal
-// is one fenced Txn comparing the sandbox key absent and the attachment
-// key's value as read. It returns how many keys it removed.
+// CollectAttachments removes attach/, release/ and placed/ keys that no
+// sandbox holds: the sandbox record does not exist, has another uid, or
+// (attach/ and release/) does not list the provider; and keys that are
+// malformed. Such a key can only be left by a write around shoal (records
+// and their keys change in one Txn), but it would block its provider's
+// deletion, or a node slot, forever. Each removal is one fenced Txn that
+// compares the key's value as read and the sandbox record as judged
+// (absent, or at the ModRevision read). It returns how many keys it removed.
 func (s *Store) CollectAttachments(ctx context.Context, fence *Fence) (int, error) {
 	resp, err := s.c.Txn(ctx).Then(
-		clientv3.OpGet(s.k.allSandboxes(), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.k.prefix+"/attach/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.k.prefix+"/release/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.k.prefix+"/placed/", clientv3.WithPrefix()),
@@ -91,43 +95,92 @@ func (s *Store) CollectAttachments(ctx context.Context, fence *Fence) (int, erro
 	if err != nil {
 		return 0, etcdErr(ctx, err)
 	}
-	exists := map[string]bool{}
-	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {
-		exists[string(kv.Key)] = true
+	type held struct {
+		kv       *mvccpb.KeyValue
+		sbKey    string
+		provider string // "" for placed/ keys
 	}
-	removed := 0
-	for i, r := range resp.Responses[1:] {
+	var keys []held
+	for i, r := range resp.Responses {
 		for _, kv := range r.GetResponseRange().GetKvs() {
-			var sbKey string
+			h := held{kv: kv}
 			if i < 2 {
 				// <prefix>/attach|release/<ws>/<provider>/<sandbox>
 				parts := strings.Split(strings.TrimPrefix(string(kv.Key), s.k.prefix+"/"), "/")
-				if len(parts) != 4 {
-					continue
+				if len(parts) == 4 {
+					h.sbKey, h.provider = s.k.sandbox(parts[1], parts[3]), parts[2]
 				}
-				sbKey = s.k.sandbox(parts[1], parts[3])
 			} else {
 				// <prefix>/placed/<node>/<slot>, value <ws>/<name>/<uid>
-				parts := strings.Split(string(kv.Value), "/")
-				if len(parts) != 3 {
-					continue
+				if parts := strings.Split(string(kv.Value), "/"); len(parts) == 3 {
+					h.sbKey = s.k.sandbox(parts[0], parts[1])
 				}
-				sbKey = s.k.sandbox(parts[0], parts[1])
 			}
-			if exists[sbKey] {
-				continue
+			keys = append(keys, h)
+		}
+	}
+	// The records those keys point at, read in batches under etcd's op
+	// limit.
+	records := map[string]*mvccpb.KeyValue{}
+	var want []string
+	for _, h := range keys {
+		if h.sbKey != "" {
+			if _, seen := records[h.sbKey]; !seen {
+				records[h.sbKey] = nil
+				want = append(want, h.sbKey)
 			}
-			tx, err := s.c.Txn(ctx).If(fenced(fence,
-				clientv3.Compare(clientv3.CreateRevision(sbKey), "=", 0),
-				clientv3.Compare(clientv3.Value(string(kv.Key)), "=", string(kv.Value)),
-			)...).Then(clientv3.OpDelete(string(kv.Key))).Commit()
+		}
+	}
+	for len(want) > 0 {
+		n := min(len(want), 100)
+		ops := make([]clientv3.Op, n)
+		for i, k := range want[:n] {
+			ops[i] = clientv3.OpGet(k)
+		}
+		r, err := s.c.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return 0, etcdErr(ctx, err)
+		}
+		for i, k := range want[:n] {
+			if kvs := r.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+				records[k] = kvs[0]
+			}
+		}
+		want = want[n:]
+	}
+	removed := 0
+	for _, h := range keys {
+		rec := records[h.sbKey]
+		guard := clientv3.Compare(clientv3.CreateRevision(h.sbKey), "=", 0)
+		switch {
+		case h.sbKey == "":
+			// Malformed: no sandbox could ever hold it.
+			guard = clientv3.Compare(clientv3.Value(string(h.kv.Key)), "=", string(h.kv.Value))
+		case rec == nil:
+			// The record is gone.
+		default:
+			sb, err := sandboxCodec.decode(rec)
 			if err != nil {
-				return removed, etcdErr(ctx, err)
+				continue // corrupt: deleting the record removes its keys
 			}
-			if tx.Succeeded {
-				removed++
-				s.log.Warn("removed attachment key of a missing sandbox", "key", string(kv.Key))
+			uid := string(h.kv.Value)
+			if h.provider == "" {
+				uid = strings.SplitN(string(h.kv.Value), "/", 3)[2] // ws/name/uid
 			}
+			if sb.GetMeta().GetUid() == uid && (h.provider == "" || slices.Contains(sb.GetSpec().GetProviders(), h.provider)) {
+				continue // held
+			}
+			guard = clientv3.Compare(clientv3.ModRevision(h.sbKey), "=", rec.ModRevision)
+		}
+		tx, err := s.c.Txn(ctx).If(fenced(fence, guard,
+			clientv3.Compare(clientv3.Value(string(h.kv.Key)), "=", string(h.kv.Value)),
+		)...).Then(clientv3.OpDelete(string(h.kv.Key))).Commit()
+		if err != nil {
+			return removed, etcdErr(ctx, err)
+		}
+		if tx.Succeeded {
+			removed++
+			s.log.Warn("removed a key no sandbox holds", "key", fmt.Sprintf("%q", h.kv.Key))
 		}
 	}
 	return removed, nil
