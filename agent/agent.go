@@ -371,7 +371,12 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 // creating the container first if the sandbox is PROVISIONING.
 func (a *Agent) reconcile(ctx context.Context, it item) error {
 	sb, err := a.cfg.Store.GetSandbox(ctx, it.ws, it.name)
-	if shoal.KindOf(err) == shoal.KindNotFound {
+	switch shoal.KindOf(err) {
+	case shoal.KindNotFound:
+		return nil
+	case shoal.KindDataLoss:
+		// Corrupt: nothing to reconcile until it is deleted (its deletion
+		// is an event), and retrying would only log it again and again.
 		return nil
 	}
 	if err != nil {

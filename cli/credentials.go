@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 
@@ -114,6 +115,11 @@ func (a *app) credentials(c *cli.Context) (map[string]string, error) {
 	m := make(map[string]string, len(all))
 	from := make(map[string]string, len(all))
 	for _, cr := range all {
+		if !utf8.ValidString(cr.val) {
+			// gRPC cannot carry it (proto strings are UTF-8); say so
+			// here rather than as an INTERNAL marshaling error.
+			return nil, usageError("credential %s (%s): the value is not valid UTF-8; encode binary secrets (base64, hex) first", cr.key, cr.from)
+		}
 		if prev, dup := from[cr.key]; dup {
 			return nil, usageError("credential %s is given twice (%s and %s); give each key once", cr.key, prev, cr.from)
 		}
@@ -153,6 +159,12 @@ func (a *app) readCredentialFile(name string) ([]credential, error) {
 		k, v, ok := strings.Cut(trimmed, "=")
 		if !ok || k == "" || strings.ContainsAny(k, " \t") {
 			return nil, usageError("--credential-file %s line %d: not KEY=VALUE (the line is not shown: it may hold a secret; no spaces around \"=\", no \"export\")", display, line)
+		}
+		if strings.Trim(v, "=") == "" {
+			// "KEY=" or a bare base64 token ("dG9r...==") pasted without
+			// its name: the secret would become a key, shown in every
+			// response. Neither is a credential anyone means to store.
+			return nil, usageError("--credential-file %s line %d: the value is empty, or the line is a bare token without KEY= (the line is not shown: it may hold a secret)", display, line)
 		}
 		out = append(out, credential{k, v, fmt.Sprintf("--credential-file %s line %d", display, line)})
 	}

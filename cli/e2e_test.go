@@ -128,6 +128,7 @@ func TestBadInputThroughBinary(t *testing.T) {
 		{[]string{"sandbox", "create", "ok", "--image", "../../etc/passwd"}, "sandbox.spec.image"},
 		{[]string{"provider", "create", "p", "--type", "nvidia", "--config", "k\x01ey=v"}, "provider.config"},
 		{[]string{"sandbox", "label", "ok", "a=b", "--if-version", "-3"}, "resource_version"},
+		{[]string{"sandbox", "create", "ok", "--", "echo", "\xff"}, "not valid UTF-8"},
 	} {
 		r := run(t, bin, ep, tc.args...)
 		if r.code != cli.ExitUsage || !strings.Contains(r.stderr, tc.field) {

@@ -61,6 +61,11 @@ func (a *app) classify(err error) *exitError {
 		return &exitError{code: ExitError, msg: err.Error()}
 	}
 	msg := st.Message()
+	if st.Code() == codes.Internal && strings.Contains(msg, "invalid UTF-8") {
+		// Refused by this client's own encoder: nothing was sent.
+		return &exitError{ExitUsage, "invalid input: a text value (an argument, env, config or credential value) is not valid UTF-8; nothing was sent",
+			"encode binary data (base64, hex) before passing it"}
+	}
 	switch st.Code() {
 	case codes.InvalidArgument:
 		return &exitError{ExitUsage, "invalid input: " + msg, "fix the field named above and run the command again"}

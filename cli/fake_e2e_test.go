@@ -138,14 +138,14 @@ func TestCredentialFlagsThroughBinary(t *testing.T) {
 	}
 	// Comments, blank lines, CRLF, and values holding "=", "," and spaces,
 	// which must arrive exactly.
-	good := write("good.env", "# a comment\n\n  # indented comment\nFILE_A=a=b,c d \r\n   \nFILE_B=\n")
+	good := write("good.env", "# a comment\n\n  # indented comment\nFILE_A=a=b,c d \r\n   \nFILE_B==x\n")
 	env := []string{"FROM_ENV=env,value with spaces", "OTHER_ENV=x"}
 
 	// All sources at once, flags before and after the name.
 	r := runWith(t, bin, ep, runOpts{env: env, stdin: "STDIN_KEY=from-stdin\n"},
 		"provider", "create", "--credential-file", good, "p", "--type", "generic",
 		"--credential-from-env", "FROM_ENV", "--credential-file", "-", "--credential", "CLI_KEY=v1,v2").must(t, 0, "create from all sources")
-	want := map[string]string{"FILE_A": "a=b,c d ", "FILE_B": "", "FROM_ENV": "env,value with spaces", "STDIN_KEY": "from-stdin", "CLI_KEY": "v1,v2"}
+	want := map[string]string{"FILE_A": "a=b,c d ", "FILE_B": "=x", "FROM_ENV": "env,value with spaces", "STDIN_KEY": "from-stdin", "CLI_KEY": "v1,v2"}
 	got := f.lastCreate()
 	if got == nil || got.Provider.Meta.Name != "p" || !reflect.DeepEqual(got.Provider.Credentials, want) {
 		t.Fatalf("credentials sent:\n got %v\nwant %v", got.GetProvider().GetCredentials(), want)
@@ -185,6 +185,9 @@ func TestCredentialFlagsThroughBinary(t *testing.T) {
 		{"spaces around =", runOpts{}, []string{"--credential-file", spaced}, spaced + " line 1"},
 		{"bad stdin line", runOpts{stdin: "A=1\n\n" + secret + "\n"}, []string{"--credential-file", "-"}, "line 3"},
 		{"empty file", runOpts{}, []string{"--credential-file", empty}, "holds no KEY=VALUE"},
+		{"empty value", runOpts{}, []string{"--credential-file", write("empty-value.env", "A=1\nEMPTY=\n")}, "empty-value.env line 2"},
+		{"bare base64 token", runOpts{}, []string{"--credential-file", write("bare.env", secret+"==\n")}, "bare.env line 1"},
+		{"binary value", runOpts{}, []string{"--credential-file", write("binary.env", "BIN=\xff\xfe"+secret+"\n")}, "not valid UTF-8"},
 		{"missing file", runOpts{}, []string{"--credential-file", filepath.Join(dir, "nope")}, "nope"},
 		{"stdin twice", runOpts{stdin: "A=1\n"}, []string{"--credential-file", "-", "--credential-file", "-"}, "standard input"},
 		{"env unset", runOpts{}, []string{"--credential-from-env", "NOT_SET_ANYWHERE"}, "NOT_SET_ANYWHERE"},

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 
@@ -74,8 +75,27 @@ func (c codec[T]) decode(kv *mvccpb.KeyValue) (T, error) {
 
 func (c codec[T]) corrupt(kv *mvccpb.KeyValue, why string) error {
 	ws, name := keyRef(string(kv.Key))
-	return shoal.DataLoss("%s %q in workspace %q is corrupt in etcd (key %s, revision %d: %s); it can only be deleted: `shoal %s delete %s -w %s`",
-		c.kind, name, ws, kv.Key, kv.ModRevision, why, c.kind, name, ws)
+	fix := fmt.Sprintf("`shoal %s delete %s -w %s`", c.kind, name, ws)
+	if !apiName(ws) || !apiName(name) {
+		// No API call can name it: only etcd can remove it.
+		fix = fmt.Sprintf("with etcdctl: `etcdctl del %q`", kv.Key)
+	}
+	return shoal.DataLoss("%s %q in workspace %q is corrupt in etcd (key %q, revision %d: %s); it can only be deleted, %s",
+		c.kind, name, ws, kv.Key, kv.ModRevision, why, fix)
+}
+
+// apiName reports whether s can be named through the API (a DNS-1123
+// label, as the API validates names and workspaces).
+func apiName(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // stub is what is known of a corrupt record: its name and workspace, from
