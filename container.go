@@ -11,6 +11,22 @@ import "time"
 // sandbox names none.
 const DefaultImage = "shoal/sandbox:dev"
 
+// MaxContainerEnvBytes bounds a container's environment: spec.env plus the
+// credentials of every attached provider. The kernel refuses to start a
+// process whose arguments and environment together exceed ARG_MAX (2 MiB
+// on Linux by default), and it says so only as "argument list too long"
+// from inside the container; this leaves room for the command.
+const MaxContainerEnvBytes = 1 << 20
+
+// EnvBytes is the size of an environment as the kernel counts it.
+func EnvBytes(env []string) int {
+	n := 0
+	for _, e := range env {
+		n += len(e) + 1 // the NUL, and the pointer the kernel adds is ignored
+	}
+	return n
+}
+
 // ContainerSpec is what a sandbox's container needs.
 type ContainerSpec struct {
 	UID, Name, Workspace string

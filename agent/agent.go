@@ -402,6 +402,16 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 			setCondition(st, "Provisioned", "False", "ProviderUnavailable", err.Error())
 		})
 	}
+	if n := shoal.EnvBytes(env); n > shoal.MaxContainerEnvBytes {
+		// The kernel would refuse to start the process; say why here.
+		msg := fmt.Sprintf("the container's environment is %d bytes (spec.env plus the credentials of its providers); at most %d fit: detach a provider or shrink env, then create the sandbox again",
+			n, shoal.MaxContainerEnvBytes)
+		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
+			st.Phase = shoalv1.SandboxPhase_ERROR
+			st.Message = msg
+			setCondition(st, "Provisioned", "False", "EnvironmentTooLarge", msg)
+		})
+	}
 	spec := sb.GetSpec()
 	var settle time.Duration
 	if len(spec.GetCommand()) > 0 {

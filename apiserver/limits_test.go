@@ -223,6 +223,39 @@ func TestLargestObjectsLiveTheirWholeLife(t *testing.T) {
 			t.Errorf("%s: %v; want INVALID_ARGUMENT naming %q", tc.name, err, tc.field)
 		}
 	}
+	// Each provider within its budget, but together more environment than
+	// the kernel starts a process with (found in review: the container
+	// failed with "argument list too long" and showed STOPPED).
+	var heavy []string
+	for i := range 5 {
+		name := fmt.Sprintf("heavy-%d", i)
+		heavy = append(heavy, name)
+		p := maxProvider(name)
+		creds := map[string]string{}
+		for k, v := range p.Credentials {
+			creds[fmt.Sprintf("H%d_%s", i, k)] = v[:len(v)-8] // distinct keys, still within the budget
+		}
+		p.Credentials = creds
+		if _, err := c.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "env-over"}, Spec: &shoalv1.SandboxSpec{Providers: heavy}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "sandbox.spec.providers") || !strings.Contains(err.Error(), "environment") {
+		t.Fatalf("create with 1.25 MiB of credentials: %v", err)
+	}
+	pad := map[string]string{}
+	for i := range 10 {
+		pad[fmt.Sprintf("PAD_%d", i)] = strings.Repeat("p", 8000)
+	}
+	if _, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "env-fits"}, Spec: &shoalv1.SandboxSpec{Providers: heavy[:3], Env: pad}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.AttachProvider(ctx, &shoalv1.AttachProviderRequest{Name: "env-fits", Provider: heavy[3]})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "environment") {
+		t.Fatalf("attach past the environment limit: %v", err)
+	}
+
 	// An update that would take a provider over the budget with what it
 	// keeps of the stored one is refused too.
 	half := map[string]string{}

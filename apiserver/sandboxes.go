@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -25,6 +27,9 @@ func (s *Server) CreateSandbox(ctx context.Context, req *shoalv1.CreateSandboxRe
 		sb.Spec.Image = s.cfg.DefaultImage
 	}
 	if err := s.admit(ctx, sb.Spec); err != nil {
+		return nil, err
+	}
+	if err := s.envFits(ctx, sb.Meta.Workspace, sb.Spec.Env, sb.Spec.Providers, "sandbox.spec.providers"); err != nil {
 		return nil, err
 	}
 	sb.Status = &shoalv1.SandboxStatus{}
@@ -65,6 +70,33 @@ func (s *Server) admit(ctx context.Context, spec *shoalv1.SandboxSpec) error {
 	}
 	if c.MemTotal > 0 && res.GetMemoryBytes() > c.MemTotal {
 		return shoal.Invalid("sandbox.spec.resources.memory_bytes", "%d is more than node %s has: at most %d", res.GetMemoryBytes(), s.cfg.Node, c.MemTotal)
+	}
+	return nil
+}
+
+// envFits refuses a sandbox whose container environment (env plus the
+// credentials of its providers, as they are now) would be too large for the
+// kernel to start its process. A provider rotated larger later is caught
+// by the agent, as ERROR. Missing providers are left to the store's own
+// check.
+func (s *Server) envFits(ctx context.Context, w string, env map[string]string, providers []string, field string) error {
+	vars := maps.Clone(env)
+	if vars == nil {
+		vars = map[string]string{}
+	}
+	for _, p := range providers {
+		prov, err := s.cfg.Store.GetProvider(ctx, w, p)
+		if err != nil {
+			continue
+		}
+		maps.Copy(vars, prov.Credentials)
+	}
+	list := make([]string, 0, len(vars))
+	for k, v := range vars {
+		list = append(list, k+"="+v)
+	}
+	if n := shoal.EnvBytes(list); n > shoal.MaxContainerEnvBytes {
+		return shoal.Invalid(field, "the container's environment would be %d bytes (env plus the credentials of its providers); at most %d fit", n, shoal.MaxContainerEnvBytes)
 	}
 	return nil
 }
@@ -424,6 +456,13 @@ func (s *Server) AttachProvider(ctx context.Context, req *shoalv1.AttachProvider
 		return nil, err
 	}
 	if err := validName("provider", req.Provider); err != nil {
+		return nil, err
+	}
+	sb, err := s.cfg.Store.GetSandbox(ctx, ws(req.Workspace), req.Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.envFits(ctx, ws(req.Workspace), sb.GetSpec().GetEnv(), append(slices.Clone(sb.GetSpec().GetProviders()), req.Provider), "provider"); err != nil {
 		return nil, err
 	}
 	return s.cfg.Store.AttachProvider(ctx, ws(req.Workspace), req.Name, req.Provider)
