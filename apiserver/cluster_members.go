@@ -32,9 +32,10 @@ import (
 // a member that is down costs the answer this long and no longer.
 const memberStatusTimeout = 2 * time.Second
 
-// PromoteTimeout bounds PromoteMember's wait for a learner to catch up
-// when the caller's deadline is later or unset.
-const PromoteTimeout = 30 * time.Second
+// RetryTimeout bounds how long AddMember and PromoteMember retry while
+// etcd refuses for a passing reason (retryEtcd), when the caller's
+// deadline is later or unset.
+const RetryTimeout = 30 * time.Second
 
 // SnapshotChunkBytes is the most data one SnapshotChunk carries.
 const SnapshotChunkBytes = 64 << 10
@@ -160,11 +161,21 @@ func (s *ClusterServer) AddMember(ctx context.Context, req *shoalv1.AddMemberReq
 			}
 		}
 	}
+	// etcd adds a member only once every voter has been connected for a
+	// while (its strict reconfiguration check): right after a voter
+	// started, or while one is down, it answers "unhealthy cluster".
 	var resp *clientv3.MemberAddResponse
-	if req.GetVoter() {
-		resp, err = s.cfg.Etcd.MemberAdd(ctx, peers)
-	} else {
-		resp, err = s.cfg.Etcd.MemberAddAsLearner(ctx, peers)
+	err = retryEtcd(ctx, rpctypes.ErrUnhealthy, func(ctx context.Context) (err error) {
+		if req.GetVoter() {
+			resp, err = s.cfg.Etcd.MemberAdd(ctx, peers)
+		} else {
+			resp, err = s.cfg.Etcd.MemberAddAsLearner(ctx, peers)
+		}
+		return err
+	})
+	if errors.Is(err, errStillRefused) {
+		return nil, shoal.Unavailable("add etcd member %s: etcd still reports an unhealthy cluster after %s: it adds members only while every voter is up and connected; check `shoal cluster status`, then retry",
+			req.GetName(), RetryTimeout)
 	}
 	if err != nil {
 		return nil, etcdError(ctx, "add etcd member "+req.GetName(), err)
@@ -225,7 +236,7 @@ func (s *ClusterServer) RemoveMember(ctx context.Context, req *shoalv1.RemoveMem
 
 // PromoteMember makes a learner a voter. etcd refuses until the learner
 // has caught up with the leader, so the call retries until then, within
-// the caller's deadline and PromoteTimeout. A voter is left as it is.
+// the caller's deadline and RetryTimeout. A voter is left as it is.
 func (s *ClusterServer) PromoteMember(ctx context.Context, req *shoalv1.PromoteMemberRequest) (*shoalv1.ListMembersResponse, error) {
 	members, err := s.memberList(ctx, false)
 	if err != nil {
@@ -244,26 +255,47 @@ func (s *ClusterServer) PromoteMember(ctx context.Context, req *shoalv1.PromoteM
 }
 
 func (s *ClusterServer) promote(ctx context.Context, m *etcdserverpb.Member) error {
-	pctx, cancel := context.WithTimeout(ctx, PromoteTimeout)
-	defer cancel()
 	start := time.Now()
+	err := retryEtcd(ctx, rpctypes.ErrMemberLearnerNotReady, func(ctx context.Context) error {
+		_, err := s.cfg.Etcd.MemberPromote(ctx, m.ID)
+		return err
+	})
+	if errors.Is(err, errStillRefused) {
+		return shoal.Unavailable("etcd member %s (id %x) has not caught up with the leader within %s: etcd promotes a learner only once it is in sync; retry later",
+			memberName(m), m.ID, RetryTimeout)
+	}
+	if err != nil {
+		return etcdError(ctx, "promote etcd member "+memberName(m), err)
+	}
+	s.log.Info("etcd member promoted", "name", m.Name, "id", fmt.Sprintf("%x", m.ID), "after", time.Since(start))
+	return nil
+}
+
+// errStillRefused: etcd kept refusing for RetryTimeout.
+var errStillRefused = errors.New("etcd still refuses")
+
+// retryEtcd runs op until etcd stops refusing it with refusal, within
+// the caller's deadline and RetryTimeout, backing off up to a second.
+// etcd refuses membership changes for passing reasons (a learner not
+// caught up yet, a voter connected too recently) that only time mends.
+func retryEtcd(ctx context.Context, refusal error, op func(context.Context) error) error {
+	rctx, cancel := context.WithTimeout(ctx, RetryTimeout)
+	defer cancel()
 	delay := 50 * time.Millisecond
 	for {
-		_, err := s.cfg.Etcd.MemberPromote(pctx, m.ID)
-		if err == nil {
-			s.log.Info("etcd member promoted", "name", m.Name, "id", fmt.Sprintf("%x", m.ID), "after", time.Since(start))
-			return nil
-		}
-		if !errors.Is(rpctypes.Error(err), rpctypes.ErrMemberLearnerNotReady) && pctx.Err() == nil {
-			return etcdError(ctx, "promote etcd member "+memberName(m), err)
+		err := op(rctx)
+		if err == nil || !errors.Is(rpctypes.Error(err), refusal) {
+			if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+				return errStillRefused
+			}
+			return err
 		}
 		select {
-		case <-pctx.Done():
+		case <-rctx.Done():
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			return shoal.Unavailable("etcd member %s (id %x) has not caught up with the leader within %s: etcd promotes a learner only once it is in sync; retry later",
-				memberName(m), m.ID, time.Since(start).Round(time.Second))
+			return errStillRefused
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, time.Second)

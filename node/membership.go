@@ -137,15 +137,21 @@ func (n *Node) startMember(ctx context.Context) (*embedetcd.Server, *clientv3.Cl
 }
 
 // addSelf asks the node at --join to add this node's member as a learner
-// and returns the initial cluster to start it with.
+// and returns the initial cluster to start it with. AddMember is
+// idempotent for the same name and peer URL, so a node that died before
+// its member first started asks again on restart.
 func (n *Node) addSelf(ctx context.Context, join shoalv1.ClusterClient, ec embedetcd.Config) (string, error) {
-	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, JoinTimeout)
 	defer cancel()
 	peer := ec.AdvertisePeer
 	if peer == "" {
 		peer = ec.ListenPeer
 	}
-	resp, err := join.AddMember(actx, &shoalv1.AddMemberRequest{Name: n.cfg.ID, PeerUrls: []string{peer}})
+	var resp *shoalv1.AddMemberResponse
+	err := n.retryUnavailable(ctx, func(ctx context.Context) (err error) {
+		resp, err = join.AddMember(ctx, &shoalv1.AddMemberRequest{Name: n.cfg.ID, PeerUrls: []string{peer}})
+		return err
+	})
 	if err != nil {
 		return "", fmt.Errorf("--join %s: add this node's etcd member: %s", n.cfg.Join, status.Convert(err).Message())
 	}
@@ -155,15 +161,11 @@ func (n *Node) addSelf(ctx context.Context, join shoalv1.ClusterClient, ec embed
 
 // promoteSelf waits until the learner has applied what the cluster had
 // committed when it started, then asks the node at --join to promote it,
-// retrying (with backoff) while that node or etcd is not ready, within
-// JoinTimeout.
+// within JoinTimeout.
 func (n *Node) promoteSelf(ctx context.Context, join shoalv1.ClusterClient, srv *embedetcd.Server, cli *clientv3.Client) error {
 	ctx, cancel := context.WithTimeout(ctx, JoinTimeout)
 	defer cancel()
 	fail := func(what string, err error) error {
-		if ctx.Err() != nil && err == nil {
-			err = ctx.Err()
-		}
 		return fmt.Errorf("--join %s: %s: %s; the member stays a learner: restart the node to try again, or run `shoal cluster member promote %s`",
 			n.cfg.Join, what, status.Convert(err).Message(), n.cfg.ID)
 	}
@@ -176,26 +178,18 @@ func (n *Node) promoteSelf(ctx context.Context, join shoalv1.ClusterClient, srv 
 	for srv.AppliedIndex() < st.RaftIndex {
 		select {
 		case <-ctx.Done():
-			return fail(fmt.Sprintf("catch up to raft index %d (at %d)", st.RaftIndex, srv.AppliedIndex()), nil)
+			return fail(fmt.Sprintf("catch up to raft index %d (at %d)", st.RaftIndex, srv.AppliedIndex()), ctx.Err())
 		case <-tick.C:
 		}
 	}
-	delay := 200 * time.Millisecond
-	for {
+	// etcd may still find it behind; the node at --join retries for a
+	// while, and so do we while it says UNAVAILABLE.
+	err = n.retryUnavailable(ctx, func(ctx context.Context) error {
 		_, err := join.PromoteMember(ctx, &shoalv1.PromoteMemberRequest{Name: n.cfg.ID})
-		if err == nil {
-			break
-		}
-		if c := status.Code(err); (c != codes.Unavailable && c != codes.DeadlineExceeded) || ctx.Err() != nil {
-			return fail("promote this node's etcd member", err)
-		}
-		n.log.Info("etcd member not promoted yet; retrying", "err", status.Convert(err).Message(), "in", delay)
-		select {
-		case <-ctx.Done():
-			return fail("promote this node's etcd member", err)
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 2*time.Second)
+		return err
+	})
+	if err != nil {
+		return fail("promote this node's etcd member", err)
 	}
 	n.log.Info("etcd member promoted to voter", "id", fmt.Sprintf("%x", srv.ID()))
 	// The member serves clients now: use it too.
@@ -205,6 +199,26 @@ func (n *Node) promoteSelf(ctx context.Context, join shoalv1.ClusterClient, srv 
 		n.log.Warn("etcd endpoints not refreshed after the promotion; the periodic sync will", "err", err)
 	}
 	return nil
+}
+
+// retryUnavailable calls op until it returns anything but UNAVAILABLE
+// (the node at --join restarting, or etcd refusing for now) or ctx ends,
+// backing off up to 2s. It returns op's last error.
+func (n *Node) retryUnavailable(ctx context.Context, op func(context.Context) error) error {
+	delay := 200 * time.Millisecond
+	for {
+		err := op(ctx)
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			return err
+		}
+		n.log.Info("--join: not yet; retrying", "err", status.Convert(err).Message(), "in", delay)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }
 
 // memberErr says what to do about a member removed from its cluster.
