@@ -231,7 +231,7 @@ func Start(cfg Config) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	case <-e.Server.StopNotify():
-		removed := e.Server.IsIDRemoved(uint64(e.Server.MemberID()))
+		removed := wasRemoved(context.Background(), e)
 		e.Close()
 		if removed {
 			return nil, ErrRemoved
@@ -259,15 +259,61 @@ func (s *Server) watch() {
 		return
 	case err = <-s.e.Err():
 	case <-s.e.Server.StopNotify():
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-s.closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		err = errors.New("the member stopped")
-		if s.e.Server.IsIDRemoved(uint64(s.e.Server.MemberID())) {
+		if wasRemoved(ctx, s.e) {
 			err = ErrRemoved
 		}
+		cancel()
 	}
 	select {
 	case <-s.closing:
 	case s.errc <- err:
 	}
+}
+
+// wasRemoved tells whether a member that stopped on its own was removed
+// from its cluster. It may have applied its own removal; more often its
+// peers refused it (HTTP 410) before it could, and etcd keeps that reason
+// to itself, so the other voters are asked whether it is still a member.
+func wasRemoved(ctx context.Context, e *embed.Etcd) bool {
+	id := e.Server.MemberID()
+	if e.Server.IsIDRemoved(uint64(id)) {
+		return true
+	}
+	var eps []string
+	for _, m := range e.Server.Cluster().Members() {
+		if m.ID != id && !m.IsLearner {
+			eps = append(eps, m.ClientURLs...)
+		}
+	}
+	if len(eps) == 0 {
+		return false
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.MemberList(ctx)
+	if err != nil {
+		return false
+	}
+	for _, m := range resp.Members {
+		if m.ID == uint64(id) {
+			return false
+		}
+	}
+	return true
 }
 
 // Endpoint is the client URL to dial.
