@@ -90,9 +90,14 @@ func (s *ClusterServer) Status(ctx context.Context, _ *shoalv1.ClusterStatusRequ
 		out.Members[i].Leader = leader != 0 && m.ID == leader
 	}
 
-	t, ok, err := lease.Current(ctx, s.cfg.Etcd, s.cfg.Store.LeaderPrefix(), s.cfg.Store.LeaderTermKey())
+	// Without a quorum, the leader as this node's member last knew it is
+	// better than no status at all.
+	t, ok, err := s.leader(ctx)
 	if err != nil {
-		return nil, etcdError(ctx, "read shoal's leader", err)
+		t, ok, err = s.leader(ctx, clientv3.WithSerializable())
+	}
+	if err != nil {
+		s.log.Warn("cluster status: shoal's leader not read", "err", err)
 	}
 	if ok {
 		out.LeaderNode, out.FencingToken = t.Node, t.Fence
@@ -100,10 +105,20 @@ func (s *ClusterServer) Status(ctx context.Context, _ *shoalv1.ClusterStatusRequ
 			out.LeaderSince = timestamppb.New(t.Since)
 		}
 	}
-	if out.ClusterId, err = s.cfg.Store.ClusterID(ctx); err != nil {
-		return nil, err
-	}
+	cctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
+	defer cancel()
+	out.ClusterId, _ = s.cfg.Store.ClusterID(cctx) // empty when etcd has no quorum
 	return out, nil
+}
+
+// statusReadTimeout bounds each cluster-wide read of Status, which must
+// answer also when etcd has lost its quorum.
+const statusReadTimeout = 2 * time.Second
+
+func (s *ClusterServer) leader(ctx context.Context, opts ...clientv3.OpOption) (lease.Term, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
+	defer cancel()
+	return lease.Current(ctx, s.cfg.Etcd, s.cfg.Store.LeaderPrefix(), s.cfg.Store.LeaderTermKey(), opts...)
 }
 
 // ListMembers lists the etcd members (etcd's member list, without health).
@@ -343,9 +358,12 @@ func (s *ClusterServer) Snapshot(_ *shoalv1.SnapshotRequest, stream grpc.ServerS
 
 // memberList is etcd's member list, linearizable. For Status (fallback),
 // a member list any member serves on its own is better than none: with
-// quorum lost, the status is what the operator needs.
+// the quorum lost, the status is what the operator needs.
 func (s *ClusterServer) memberList(ctx context.Context, fallback bool) ([]*etcdserverpb.Member, error) {
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	lctx, cancel := ctx, context.CancelFunc(func() {})
+	if fallback {
+		lctx, cancel = context.WithTimeout(ctx, statusReadTimeout)
+	}
 	resp, err := s.cfg.Etcd.MemberList(lctx)
 	cancel()
 	if err != nil && fallback && ctx.Err() == nil {

@@ -100,13 +100,16 @@ leader-only write compares.`,
 				return err
 			}
 			if st.LeaderNode == "" {
-				fmt.Fprintf(a.stdout, "\nshoal leader: none (no node holds the leader lease)\n")
+				fmt.Fprintf(a.stdout, "\nshoal leader: none known (no node holds the leader lease, or etcd could not say)\n")
 			} else {
 				since := "unknown"
 				if st.LeaderSince != nil {
 					since = fmt.Sprintf("%s (%s ago)", st.LeaderSince.AsTime().Local().Format("2006-01-02 15:04:05"), a.out.age(st.LeaderSince))
 				}
 				fmt.Fprintf(a.stdout, "\nshoal leader: %s   fencing token: %d   since: %s\n", st.LeaderNode, st.FencingToken, since)
+			}
+			if st.ClusterId == "" {
+				st.ClusterId = "unknown (etcd has no quorum?)"
 			}
 			fmt.Fprintf(a.stdout, "cluster id: %s\n", st.ClusterId)
 			return nil
@@ -194,7 +197,7 @@ raises the quorum before the member is even running.`,
 				return err
 			}
 			fmt.Fprintf(a.stdout, "\ninitial cluster: %s\n\nStart the member with:\n  shoal node start --node-id %s --etcd-advertise-peer %s --etcd-initial-cluster-state existing --etcd-initial-cluster '%s' ...\n",
-				resp.InitialCluster, name, resp.Member.GetPeerUrls()[0], resp.InitialCluster)
+				resp.InitialCluster, name, list(resp.Member.GetPeerUrls()), resp.InitialCluster)
 			if resp.Member.GetLearner() {
 				fmt.Fprintf(a.stdout, "then, once it has caught up:\n  shoal cluster member promote %s\n", name)
 			}

@@ -299,6 +299,24 @@ func TestEtcdClusterMembership(t *testing.T) {
 		}
 		return down == 1 && ids[st.LeaderNode] && st.LeaderNode != cfgs[2].ID, fmt.Errorf("status %v", st)
 	})
+
+	// With the quorum gone, status still answers: that is when it matters.
+	if err := ms[1].stop(t); err != nil {
+		t.Logf("stop node b: %v", err)
+	}
+	// (Node a's member notices the lost quorum within an election timeout.)
+	testenv.Eventually(t, time.Minute, "status without a quorum: 3 members, none healthy", func() (bool, error) {
+		st, err := clusterStatus(t, bin, ms[0].Addr())
+		if err != nil {
+			return false, err
+		}
+		for _, m := range st.Members {
+			if m.Healthy {
+				return false, fmt.Errorf("member %s reads as healthy: %v", m.Name, m)
+			}
+		}
+		return len(st.Members) == 3, fmt.Errorf("status %v", st)
+	})
 }
 
 // A snapshot saved through a node's API restores into a fresh data dir

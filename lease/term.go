@@ -52,11 +52,13 @@ func (e *Elector) record(ctx context.Context, sess *concurrency.Session, el *con
 // Current reads the current term in one Txn: the leader is the election
 // key under prefix with the lowest create revision (concurrency.Election's
 // rule); its start comes from the record at termKey, if that record is of
-// this term. ok is false when nobody leads.
-func Current(ctx context.Context, c *clientv3.Client, prefix, termKey string) (t Term, ok bool, err error) {
+// this term. ok is false when nobody leads. opts go to both reads:
+// clientv3.WithSerializable() reads a member's own state, which answers
+// even without a quorum.
+func Current(ctx context.Context, c *clientv3.Client, prefix, termKey string, opts ...clientv3.OpOption) (t Term, ok bool, err error) {
 	resp, err := c.Txn(ctx).Then(
-		clientv3.OpGet(prefix, clientv3.WithFirstCreate()...),
-		clientv3.OpGet(termKey),
+		clientv3.OpGet(prefix, append(clientv3.WithFirstCreate(), opts...)...),
+		clientv3.OpGet(termKey, opts...),
 	).Commit()
 	if err != nil {
 		return Term{}, false, err

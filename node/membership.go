@@ -74,8 +74,8 @@ func (c *Config) validateMembership() error {
 			}
 		}
 		for _, u := range c.EtcdEndpoints {
-			// etcd's clients take host:port as well as URLs.
-			if _, _, err := net.SplitHostPort(u); err == nil && !strings.Contains(u, "/") {
+			// etcd's clients take host:port and unix sockets as well.
+			if _, _, err := net.SplitHostPort(u); (err == nil && !strings.Contains(u, "/")) || strings.HasPrefix(u, "unix://") || strings.HasPrefix(u, "unixs://") {
 				continue
 			}
 			if err := embedetcd.CheckURL("etcd-endpoints", u); err != nil {
