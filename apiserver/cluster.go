@@ -14,8 +14,11 @@ import (
 type ClusterConfig struct {
 	Store *store.Store
 	// Etcd is the node's etcd client; member calls go through it.
-	Etcd   *clientv3.Client
-	Logger *slog.Logger
+	Etcd *clientv3.Client
+	// EtcdMember is the client URL of the node's embedded etcd member,
+	// which Snapshot reads; empty on a node without one (then any member).
+	EtcdMember string
+	Logger     *slog.Logger
 }
 
 // ClusterServer implements shoal.v1.Cluster. Every node serves it.

@@ -14,4 +14,10 @@
 // wait with UNAVAILABLE so that the node stops promptly. CreateSandbox
 // also asks the node's engine (Engine) whether the image is there and
 // whether the resources fit, before anything is stored.
+//
+// The Cluster service (cluster.go) also answers for the etcd members
+// (cluster_members.go): their health as each member reports it, membership
+// changes through the node's etcd client, retried while etcd refuses for a
+// passing reason (a learner not caught up, a voter connected too recently),
+// and snapshots of the node's own member.
 package apiserver

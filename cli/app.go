@@ -104,7 +104,7 @@ Flags may come before or after positional arguments.
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError("%v", err)
 		},
-		Commands: []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.chaosCmd(), a.versionCmd()},
+		Commands: []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.clusterCmd(), a.chaosCmd(), a.versionCmd()},
 	}
 }
 

@@ -22,7 +22,15 @@ func (a *app) nodeCmd() *cli.Command {
 			Description: `Runs the API, the coordinator (when this node leads) and the Docker agent.
 By default etcd is embedded, with its data in --data-dir, and serves clients on
 127.0.0.1:2379 so that etcdctl works against a dev node. --etcd-endpoints uses an
-external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits at once.`,
+external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits at once.
+
+Clusters: every voter starts with the same --etcd-initial-cluster
+(n1=http://10.0.0.1:2380,n2=...; the names are node ids), or a node joins a
+running cluster with --join ADDRESS (any node's API). Listening on 0.0.0.0
+needs --etcd-advertise-client/--etcd-advertise-peer. A node restarted on its
+data dir rejoins as itself with the same flags (the initial-cluster flags are
+ignored then, as etcd does). --etcd-endpoints makes a worker: no member, an
+etcd client only.`,
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "node-id", Value: def.ID, EnvVars: []string{"SHOAL_NODE_ID"}, Usage: "`ID` of this node"},
 				&cli.StringFlag{Name: "listen", Value: def.Listen, Usage: "API `ADDRESS`"},
@@ -30,6 +38,11 @@ external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits a
 				&cli.StringSliceFlag{Name: "etcd-endpoints", EnvVars: []string{"SHOAL_ETCD_ENDPOINTS"}, Usage: "external etcd `URLS` (comma-separated); disables the embedded etcd"},
 				&cli.StringFlag{Name: "etcd-listen-client", Value: def.EtcdListenClient, Usage: "embedded etcd client `URL`"},
 				&cli.StringFlag{Name: "etcd-listen-peer", Value: def.EtcdListenPeer, Usage: "embedded etcd peer `URL`"},
+				&cli.StringFlag{Name: "etcd-advertise-client", Usage: "client `URL` other nodes dial for this member (default: --etcd-listen-client)"},
+				&cli.StringFlag{Name: "etcd-advertise-peer", Usage: "peer `URL` other members dial for this member (default: --etcd-listen-peer)"},
+				&cli.StringFlag{Name: "etcd-initial-cluster", Usage: "static bootstrap of embedded members, as etcd's: every voter as `NAME=URL,...`, the same list on each (NAME: node id, URL: peer URL)"},
+				&cli.StringFlag{Name: "etcd-initial-cluster-state", Usage: "`STATE`: new (bootstrap, the default) or existing (a member added to a running cluster), as etcd's"},
+				&cli.StringFlag{Name: "join", Usage: "join the cluster of the node at API `ADDRESS` as a new embedded member (a learner, promoted once caught up)"},
 				&cli.StringFlag{Name: "docker-host", EnvVars: []string{"DOCKER_HOST"}, Usage: "Docker engine `ADDRESS` (default: the local socket)"},
 				&cli.StringFlag{Name: "image", Value: def.DefaultImage, Usage: "default sandbox `IMAGE`"},
 				&cli.StringFlag{Name: "prefix", Value: def.Prefix, Usage: "etcd key `PREFIX`"},
@@ -71,6 +84,11 @@ external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits a
 				cfg.EtcdEndpoints = c.StringSlice("etcd-endpoints")
 				cfg.EtcdListenClient = c.String("etcd-listen-client")
 				cfg.EtcdListenPeer = c.String("etcd-listen-peer")
+				cfg.EtcdAdvertiseClient = c.String("etcd-advertise-client")
+				cfg.EtcdAdvertisePeer = c.String("etcd-advertise-peer")
+				cfg.EtcdInitialCluster = c.String("etcd-initial-cluster")
+				cfg.EtcdInitialClusterState = c.String("etcd-initial-cluster-state")
+				cfg.Join = c.String("join")
 				cfg.DockerHost = c.String("docker-host")
 				cfg.DefaultImage = c.String("image")
 				cfg.Prefix = c.String("prefix")

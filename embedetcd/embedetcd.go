@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"path/filepath"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.uber.org/zap"
 )
 
@@ -21,6 +24,17 @@ type Config struct {
 	ListenClient string
 	// ListenPeer is the peer URL, default http://127.0.0.1:2380.
 	ListenPeer string
+	// AdvertiseClient and AdvertisePeer are the URLs other members and
+	// clients reach this member at; empty means the listen URLs.
+	AdvertiseClient string
+	AdvertisePeer   string
+	// InitialCluster is etcd's --initial-cluster (name=peerURL,...). Empty
+	// means this member alone. A member whose data dir is initialised
+	// ignores it, as etcd does.
+	InitialCluster string
+	// InitialClusterState is etcd's --initial-cluster-state: ClusterNew
+	// (the default) or ClusterExisting (a member added to a running cluster).
+	InitialClusterState string
 	// AutoCompactionRetention keeps this much history for watches; default 1h.
 	AutoCompactionRetention time.Duration
 	// StartTimeout bounds how long Start waits for the member to serve.
@@ -58,24 +72,109 @@ const MaxRequestBytes = 3 << 19 // 1.5 MiB
 // the same reason.
 const MaxTxnOps = 128
 
-// Validate reports the first bad field.
+// Values of Config.InitialClusterState, as etcd spells them.
+const (
+	ClusterNew      = "new"
+	ClusterExisting = "existing"
+)
+
+// initialClusterToken is etcd's default, written down so that a restore
+// (restore.go) makes the same cluster as a bootstrap.
+const initialClusterToken = "etcd-cluster"
+
+// Validate reports the first bad field, named by its shoal flag without
+// the dashes (the caller adds them).
 func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("etcd data dir: must be set")
 	}
-	for field, u := range map[string]string{"etcd-listen-client": c.ListenClient, "etcd-listen-peer": c.ListenPeer} {
-		p, err := url.Parse(u)
-		if err != nil || p.Host == "" || (p.Scheme != "http" && p.Scheme != "https") {
-			return fmt.Errorf("%s: %q is not a URL like http://127.0.0.1:2379", field, u)
-		}
+	if err := CheckName(c.Name); err != nil {
+		return fmt.Errorf("node-id: %w (the node id names the etcd member)", err)
+	}
+	if err := CheckURL("etcd-listen-client", c.ListenClient); err != nil {
+		return err
+	}
+	if err := CheckURL("etcd-listen-peer", c.ListenPeer); err != nil {
+		return err
+	}
+	if err := checkAdvertise("etcd-advertise-client", c.AdvertiseClient, "etcd-listen-client", c.ListenClient); err != nil {
+		return err
+	}
+	if err := checkAdvertise("etcd-advertise-peer", c.AdvertisePeer, "etcd-listen-peer", c.ListenPeer); err != nil {
+		return err
+	}
+	switch c.InitialClusterState {
+	case "", ClusterNew, ClusterExisting:
+	default:
+		return fmt.Errorf("etcd-initial-cluster-state: %q is not %s or %s", c.InitialClusterState, ClusterNew, ClusterExisting)
+	}
+	if c.InitialCluster == "" {
+		return nil
+	}
+	ic, err := ParseInitialCluster(c.InitialCluster)
+	if err != nil {
+		return fmt.Errorf("etcd-initial-cluster: %w", err)
+	}
+	own := ic.URLs(c.Name)
+	if len(own) == 0 {
+		return fmt.Errorf("etcd-initial-cluster: this member's name %q is not in %q (the member name is the node id)", c.Name, c.InitialCluster)
+	}
+	if adv := normalize(c.advertisePeer()); len(own) != 1 || own[0] != adv {
+		return fmt.Errorf("etcd-initial-cluster: %s=%s does not match this member's peer URL %s (--etcd-advertise-peer, default --etcd-listen-peer)",
+			c.Name, own[0], adv)
 	}
 	return nil
 }
+
+func (c Config) advertiseClient() string { return orDefault(c.AdvertiseClient, c.ListenClient) }
+func (c Config) advertisePeer() string   { return orDefault(c.AdvertisePeer, c.ListenPeer) }
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// checkAdvertise checks an advertise URL, or the listen URL it defaults
+// to: others must be able to dial it, so an unspecified address (0.0.0.0,
+// ::) will not do.
+func checkAdvertise(field, u, listenField, listen string) error {
+	if u == "" {
+		if unspecified(listen) {
+			return fmt.Errorf("%s: must be set when --%s listens on every address (%s): give the URL other members and clients dial", field, listenField, listen)
+		}
+		return nil
+	}
+	if err := CheckURL(field, u); err != nil {
+		return err
+	}
+	if unspecified(u) {
+		return fmt.Errorf("%s: %q is an unspecified address; give the URL other members and clients dial", field, u)
+	}
+	return nil
+}
+
+// Initialized reports whether dataDir holds a member already (its WAL), in
+// which case etcd ignores the initial-cluster settings and the member
+// rejoins its cluster as itself.
+func Initialized(dataDir string) bool {
+	return wal.Exist(filepath.Join(dataDir, "member", "wal"))
+}
+
+// ErrRemoved reports that the member was removed from its cluster: its data
+// dir can no longer start, and it stops.
+var ErrRemoved = errors.New("this etcd member was removed from the cluster")
 
 // Server is a running embedded etcd.
 type Server struct {
 	e   *embed.Etcd
 	cfg Config
+
+	errc      chan error
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
 }
 
 // Start starts the member and waits until it serves clients.
@@ -88,11 +187,18 @@ func Start(cfg Config) (*Server, error) {
 	ec := embed.NewConfig()
 	ec.Name = cfg.Name
 	ec.Dir = cfg.DataDir
+	acu, _ := url.Parse(cfg.advertiseClient())
+	apu, _ := url.Parse(cfg.advertisePeer())
 	ec.ListenClientUrls = []url.URL{*cu}
-	ec.AdvertiseClientUrls = []url.URL{*cu}
+	ec.AdvertiseClientUrls = []url.URL{*acu}
 	ec.ListenPeerUrls = []url.URL{*pu}
-	ec.AdvertisePeerUrls = []url.URL{*pu}
-	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
+	ec.AdvertisePeerUrls = []url.URL{*apu}
+	ec.InitialCluster = cfg.InitialCluster
+	if ec.InitialCluster == "" {
+		ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
+	}
+	ec.ClusterState = orDefault(cfg.InitialClusterState, ClusterNew)
+	ec.InitialClusterToken = initialClusterToken
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = cfg.AutoCompactionRetention.String()
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
@@ -116,24 +222,141 @@ func Start(cfg Config) (*Server, error) {
 	if timeout == 0 {
 		timeout = 60 * time.Second
 	}
+	// A member of a cluster is ready once it has published itself through
+	// raft, which needs a quorum: with peers still starting, this waits
+	// for them.
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd: %w", err)
+	case <-e.Server.StopNotify():
+		removed := wasRemoved(context.Background(), e)
+		e.Close()
+		if removed {
+			return nil, ErrRemoved
+		}
+		return nil, fmt.Errorf("embedded etcd in %s stopped while starting", cfg.DataDir)
 	case <-time.After(timeout):
 		e.Server.Stop()
 		e.Close()
-		return nil, fmt.Errorf("embedded etcd in %s did not become ready within %s", cfg.DataDir, timeout)
+		return nil, fmt.Errorf("embedded etcd in %s did not become ready within %s (with --etcd-initial-cluster, a quorum of the members must be up)", cfg.DataDir, timeout)
 	}
-	return &Server{e: e, cfg: cfg}, nil
+	s := &Server{e: e, cfg: cfg, errc: make(chan error, 1), closing: make(chan struct{})}
+	s.wg.Add(1)
+	go s.watch()
+	return s, nil
+}
+
+// watch reports the member's end, unless Close caused it: a fatal serve
+// error, or the server stopping on its own (etcd stops a member that was
+// removed from its cluster).
+func (s *Server) watch() {
+	defer s.wg.Done()
+	var err error
+	select {
+	case <-s.closing:
+		return
+	case err = <-s.e.Err():
+	case <-s.e.Server.StopNotify():
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			select {
+			case <-s.closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		err = errors.New("the member stopped")
+		if wasRemoved(ctx, s.e) {
+			err = ErrRemoved
+		}
+		cancel()
+	}
+	select {
+	case <-s.closing:
+	case s.errc <- err:
+	}
+}
+
+// wasRemoved tells whether a member that stopped on its own was removed
+// from its cluster. It may have applied its own removal; more often its
+// peers refused it (HTTP 410) before it could, and etcd keeps that reason
+// to itself, so the other voters are asked whether it is still a member.
+func wasRemoved(ctx context.Context, e *embed.Etcd) bool {
+	id := e.Server.MemberID()
+	if e.Server.IsIDRemoved(uint64(id)) {
+		return true
+	}
+	var eps []string
+	for _, m := range e.Server.Cluster().Members() {
+		if m.ID != id && !m.IsLearner {
+			eps = append(eps, m.ClientURLs...)
+		}
+	}
+	if len(eps) == 0 {
+		return false
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := c.MemberList(ctx)
+	if err != nil {
+		return false
+	}
+	for _, m := range resp.Members {
+		if m.ID == uint64(id) {
+			return false
+		}
+	}
+	return true
 }
 
 // Endpoint is the client URL to dial.
 func (s *Server) Endpoint() string { return s.e.Clients[0].Addr().String() }
 
-// Err reports a fatal server error.
-func (s *Server) Err() <-chan error { return s.e.Err() }
+// ClientURL is the member's advertised client URL.
+func (s *Server) ClientURL() string { return s.cfg.advertiseClient() }
+
+// PeerURL is the member's advertised peer URL.
+func (s *Server) PeerURL() string { return s.cfg.advertisePeer() }
+
+// ID is the member's id in its cluster.
+func (s *Server) ID() uint64 { return uint64(s.e.Server.MemberID()) }
+
+// IsLearner reports whether the member is a learner now (it replicates
+// but neither votes nor serves most client requests).
+func (s *Server) IsLearner() bool { return s.e.Server.IsLearner() }
+
+// AppliedIndex is the last raft index the member applied.
+func (s *Server) AppliedIndex() uint64 { return s.e.Server.AppliedIndex() }
+
+// VoterClientURLs are the client URLs of the cluster's voting members as
+// this member knows them, its own first when it votes. A client that
+// knows them all survives the loss of any one member; learners are left
+// out, since they refuse most requests.
+func (s *Server) VoterClientURLs() []string {
+	var own, others []string
+	for _, m := range s.e.Server.Cluster().Members() {
+		if m.IsLearner {
+			continue
+		}
+		if m.ID == s.e.Server.MemberID() {
+			own = append(own, s.Endpoint())
+			continue
+		}
+		others = append(others, m.ClientURLs...)
+	}
+	return append(own, others...)
+}
+
+// Err reports a fatal error of the member, or that it stopped on its own
+// (ErrRemoved when it was removed from the cluster).
+func (s *Server) Err() <-chan error { return s.errc }
 
 // Client dials the member.
 func (s *Server) Client() (*clientv3.Client, error) {
@@ -141,14 +364,38 @@ func (s *Server) Client() (*clientv3.Client, error) {
 }
 
 // Close stops the member and waits for it.
-func (s *Server) Close() { s.e.Close() }
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.e.Close()
+		s.wg.Wait()
+	})
+}
 
 // Dial connects to etcd endpoints with shoal's client settings.
 func Dial(endpoints []string) (*clientv3.Client, error) {
+	return dial(endpoints, 0)
+}
+
+// MemberSyncInterval is how often a DialMembers client refreshes its
+// endpoints from the member list.
+const MemberSyncInterval = 30 * time.Second
+
+// DialMembers connects like Dial, and keeps the endpoints in step with the
+// cluster's member list (clientv3's auto-sync: voters' client URLs), so
+// that members added later are used and removed ones dropped. It is for
+// shoal's own members, whose advertised client URLs are reachable; an
+// external etcd may sit behind addresses its member list does not show.
+func DialMembers(endpoints []string) (*clientv3.Client, error) {
+	return dial(endpoints, MemberSyncInterval)
+}
+
+func dial(endpoints []string, autoSync time.Duration) (*clientv3.Client, error) {
 	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
+		Endpoints:        endpoints,
+		DialTimeout:      5 * time.Second,
+		AutoSyncInterval: autoSync,
+		Logger:           zap.NewNop(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w", endpoints, err)

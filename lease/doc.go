@@ -5,4 +5,7 @@
 // from the token, the create revision of the leader's election key, which
 // every leader-only write compares in its own Txn (store.Fence). A node that
 // was paused past its TTL may still believe it leads, but its writes fail.
+//
+// Current (term.go) tells anyone who leads, with the token and since when
+// (each winner records its term, fenced, at Config.TermKey).
 package lease

@@ -24,7 +24,10 @@ type Config struct {
 	TTL time.Duration
 	// RetryInterval between campaigns after an error.
 	RetryInterval time.Duration
-	Logger        *slog.Logger
+	// TermKey, if set, is where each winner records its term (node, fence,
+	// since) for Current to read; it must lie outside Prefix.
+	TermKey string
+	Logger  *slog.Logger
 }
 
 // DefaultTTL is the lease TTL unless configured.
@@ -144,6 +147,7 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context, *Leadersh
 	e.leader, e.terms = true, e.terms+1
 	e.mu.Unlock()
 	e.log.Info("became leader", "key", el.Key(), "fence", el.Rev())
+	e.record(tctx, sess, el)
 	err = lead(tctx, l)
 	e.mu.Lock()
 	e.leader = false

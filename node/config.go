@@ -15,7 +15,6 @@ import (
 	"shoal/agent"
 	"shoal/apiserver"
 	"shoal/docker"
-	"shoal/embedetcd"
 	"shoal/lease"
 	"shoal/registry"
 	"shoal/store"
@@ -34,6 +33,18 @@ type Config struct {
 	// EtcdListenClient and EtcdListenPeer are the embedded etcd's URLs.
 	EtcdListenClient string
 	EtcdListenPeer   string
+	// The embedded member's place in an etcd cluster (membership.go).
+	// EtcdAdvertiseClient and EtcdAdvertisePeer default to the listen URLs.
+	EtcdAdvertiseClient string
+	EtcdAdvertisePeer   string
+	// EtcdInitialCluster is etcd's --initial-cluster (name=peerURL,...,
+	// the same on every voter of a static bootstrap); empty: this member
+	// alone. EtcdInitialClusterState is "new" (default) or "existing".
+	EtcdInitialCluster      string
+	EtcdInitialClusterState string
+	// Join is the API address of a node of a running cluster: this node's
+	// member joins it as a learner and is promoted once caught up.
+	Join string
 	// Listen is the gRPC API address.
 	Listen string
 	// DockerHost is the Docker engine address; empty means DOCKER_HOST or
@@ -151,12 +162,14 @@ func (c *Config) Validate() error {
 	if !validID(c.ID) {
 		return fmt.Errorf("--node-id: %q must be 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit", c.ID)
 	}
+	if err := c.validateMembership(); err != nil {
+		return err
+	}
 	if len(c.EtcdEndpoints) == 0 {
 		if c.DataDir == "" {
 			return errors.New("--data-dir: must be set when etcd is embedded")
 		}
-		ec := embedetcd.DefaultConfig(c.DataDir)
-		ec.ListenClient, ec.ListenPeer = c.EtcdListenClient, c.EtcdListenPeer
+		ec := c.etcdConfig()
 		if err := ec.Validate(); err != nil {
 			return fmt.Errorf("--%w", err)
 		}

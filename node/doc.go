@@ -10,7 +10,8 @@
 // (container.go at the root); this package checks that the Docker runtime
 // satisfies each.
 //
-// Run checks the Docker engine first, then starts etcd, reads the cluster id
+// Run checks the Docker engine first, then starts etcd (an embedded member
+// joins the cluster at --join first: membership.go), reads the cluster id
 // (container labels carry it), and starts the rest in that order. It stops
 // them in reverse: open streams end at once, the API stops taking requests
 // (graceful, then forced), the loops return, the etcd client closes, and

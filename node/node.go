@@ -120,7 +120,7 @@ func (n *Node) Run(ctx context.Context) error {
 		return noEngine(err)
 	}
 
-	cli, etcdFatal, closeEtcd, err := n.etcd()
+	cli, etcdFatal, closeEtcd, err := n.etcd(ctx)
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func (n *Node) Run(ctx context.Context) error {
 		return noEngine(err)
 	}
 	defer rt.Close()
-	el, err := lease.New(cli, lease.Config{Prefix: st.LeaderPrefix(), ID: cfg.ID, TTL: cfg.LeaseTTL, Logger: cfg.Logger})
+	el, err := lease.New(cli, lease.Config{Prefix: st.LeaderPrefix(), TermKey: st.LeaderTermKey(), ID: cfg.ID, TTL: cfg.LeaseTTL, Logger: cfg.Logger})
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,11 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	gs := grpc.NewServer(api.ServerOptions()...)
 	shoalv1.RegisterShoalServer(gs, api)
-	shoalv1.RegisterClusterServer(gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, Logger: cfg.Logger}))
+	var etcdMember string
+	if len(cfg.EtcdEndpoints) == 0 {
+		etcdMember = n.EtcdEndpoint()
+	}
+	shoalv1.RegisterClusterServer(gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, EtcdMember: etcdMember, Logger: cfg.Logger}))
 
 	n.mu.Lock()
 	n.addr, n.st, n.el, n.ag, n.cluster = lis.Addr().String(), st, el, ag, cluster
@@ -237,7 +241,7 @@ func (n *Node) Run(ctx context.Context) error {
 	case err := <-serveErr:
 		runErr = fmt.Errorf("api server: %w", err)
 	case err := <-etcdFatal:
-		runErr = fmt.Errorf("embedded etcd failed: %w", err)
+		runErr = fmt.Errorf("embedded etcd failed: %w", n.memberErr(err))
 	}
 	n.log.Info("shutting down", "err", runErr)
 	stopLoops()
@@ -262,7 +266,7 @@ func (n *Node) Run(ctx context.Context) error {
 // etcd connects to external endpoints or starts the embedded member.
 // The returned channel reports a fatal error of the embedded member (nil
 // for an external etcd: its client reconnects on its own).
-func (n *Node) etcd() (*clientv3.Client, <-chan error, func(), error) {
+func (n *Node) etcd(ctx context.Context) (*clientv3.Client, <-chan error, func(), error) {
 	cfg := n.cfg
 	if len(cfg.EtcdEndpoints) > 0 {
 		cli, err := embedetcd.Dial(cfg.EtcdEndpoints)
@@ -277,17 +281,8 @@ func (n *Node) etcd() (*clientv3.Client, <-chan error, func(), error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, nil, nil, fmt.Errorf("--data-dir: %w", err)
 	}
-	ec := embedetcd.DefaultConfig(filepath.Join(cfg.DataDir, "etcd"))
-	ec.Name = cfg.ID
-	ec.ListenClient, ec.ListenPeer = cfg.EtcdListenClient, cfg.EtcdListenPeer
-	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
-	srv, err := embedetcd.Start(ec)
+	srv, cli, err := n.startMember(ctx)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("%w (is another node using %s or port %s?)", err, cfg.DataDir, cfg.EtcdListenClient)
-	}
-	cli, err := srv.Client()
-	if err != nil {
-		srv.Close()
 		return nil, nil, nil, err
 	}
 	n.mu.Lock()

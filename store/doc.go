@@ -13,6 +13,7 @@
 //	<prefix>/leader/                                    leader election (package lease)
 //	<prefix>/cluster/id                                 the cluster id (hex), made once
 //	<prefix>/cluster/page-token-secret                  HMAC key of page tokens (hex), made once
+//	<prefix>/cluster/leader                             the leader's term: node, fence, since (JSON, package lease)
 //
 // Values are deterministic protobuf encodings with meta.resource_version
 // cleared: the resource version of an object IS the ModRevision of its key,

@@ -44,6 +44,9 @@ func (k keys) placed(id, slot string) string { return k.placedPrefix(id) + slot 
 // Leader is the election prefix used by package lease.
 func (k keys) leader() string { return k.prefix + "/leader/" }
 
+// leaderTerm is where each leader records its term (package lease).
+func (k keys) leaderTerm() string { return k.prefix + "/cluster/leader" }
+
 // lastSegment returns the name at the end of a key.
 func lastSegment(key string) string {
 	if i := strings.LastIndexByte(key, '/'); i >= 0 {

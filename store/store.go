@@ -54,6 +54,9 @@ func (s *Store) Client() *clientv3.Client { return s.c }
 // LeaderPrefix is the etcd election prefix for this keyspace.
 func (s *Store) LeaderPrefix() string { return s.k.leader() }
 
+// LeaderTermKey is where the leader records its term (lease.Config.TermKey).
+func (s *Store) LeaderTermKey() string { return s.k.leaderTerm() }
+
 // SandboxKey is the etcd key of a sandbox (exposed for tests and chaos tools
 // that write raw keys).
 func (s *Store) SandboxKey(ws, name string) string { return s.k.sandbox(ws, name) }
