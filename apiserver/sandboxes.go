@@ -18,6 +18,9 @@ func (s *Server) CreateSandbox(ctx context.Context, req *shoalv1.CreateSandboxRe
 	if err := validateSandbox(req.GetSandbox()); err != nil {
 		return nil, err
 	}
+	if id := req.GetRequestId(); id != "" && (len(id) > 64 || validText("request_id", id, false) != nil) {
+		return nil, shoal.Invalid("request_id", "must be at most 64 printable characters (a UUID)")
+	}
 	sb := proto.Clone(req.Sandbox).(*shoalv1.Sandbox)
 	sb.Meta.Workspace = ws(sb.Meta.Workspace)
 	if sb.Spec == nil {
@@ -33,7 +36,7 @@ func (s *Server) CreateSandbox(ctx context.Context, req *shoalv1.CreateSandboxRe
 		return nil, err
 	}
 	sb.Status = &shoalv1.SandboxStatus{}
-	created, err := s.cfg.Store.CreateSandboxOn(ctx, sb, store.Placement{Node: sb.Spec.Node, Selector: sb.Spec.NodeSelector})
+	created, err := s.cfg.Store.CreateSandboxOn(ctx, sb, store.Placement{Node: sb.Spec.Node, Selector: sb.Spec.NodeSelector}, req.RequestId)
 	if err != nil || !req.Wait {
 		return created, err
 	}

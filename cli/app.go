@@ -13,6 +13,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiserver"
@@ -87,7 +89,7 @@ Flags may come before or after positional arguments.
 		ErrWriter: a.stderr,
 		Reader:    a.stdin,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "endpoint", Value: "127.0.0.1:7443", EnvVars: []string{"SHOAL_ENDPOINT"}, Usage: "shoal API `ADDRESS` (host:port)"},
+			&cli.StringFlag{Name: "endpoint", Value: "127.0.0.1:7443", EnvVars: []string{"SHOAL_ENDPOINT"}, Usage: "shoal API `ADDRESSES`: host:port, or a comma-separated list of nodes (tried in order while one is unreachable)"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: formatTable, Usage: "output `FORMAT`: table, json or yaml"},
 			&cli.StringFlag{Name: "workspace", Aliases: []string{"w"}, Value: "default", EnvVars: []string{"SHOAL_WORKSPACE"}, Usage: "`WORKSPACE` of the objects"},
 		},
@@ -113,19 +115,39 @@ func (a *app) api() (shoalv1.ShoalClient, error) {
 	if a.client != nil {
 		return a.client, nil
 	}
-	conn, err := grpc.NewClient(a.endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	target, opts := dialTarget(a.endpoint)
+	conn, err := grpc.NewClient(target, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
 		// The server's limits, from their one definition: a response the
 		// server may send must never be refused here (gRPC's default
 		// receive limit is 4 MiB, the server sends up to 8), and a request
 		// over the server's limit fails here, before it is sent.
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(apiserver.MaxResponseBytes),
-			grpc.MaxCallSendMsgSize(apiserver.MaxRequestBytes)))
+			grpc.MaxCallSendMsgSize(apiserver.MaxRequestBytes)))...)
 	if err != nil {
 		return nil, usageError("--endpoint %q: %v", a.endpoint, err)
 	}
 	a.conn, a.client = conn, shoalv1.NewShoalClient(conn)
 	return a.client, nil
+}
+
+// dialTarget turns --endpoint into a gRPC target. A comma-separated list
+// (any nodes of one cluster) becomes one channel over all of them: gRPC's
+// pick_first takes them in order and moves to the next when one cannot be
+// reached, so a command works while any listed node is up.
+func dialTarget(endpoint string) (string, []grpc.DialOption) {
+	var addrs []resolver.Address
+	for _, e := range strings.Split(endpoint, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			addrs = append(addrs, resolver.Address{Addr: e})
+		}
+	}
+	if len(addrs) <= 1 {
+		return endpoint, nil
+	}
+	r := manual.NewBuilderWithScheme("shoal-endpoints")
+	r.InitialState(resolver.State{Addresses: addrs})
+	return r.Scheme() + ":///cluster", []grpc.DialOption{grpc.WithResolvers(r)}
 }
 
 // clusterAPI is the Cluster service on the same connection.

@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
+	"github.com/google/uuid"
 	"github.com/urfave/cli/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiserver"
@@ -91,7 +95,22 @@ credentials in its environment. Without a command the image's default runs.
 			if req.Wait {
 				stop = a.progress(fmt.Sprintf("waiting for sandbox %s to be READY", name))
 			}
-			sb, err := api.CreateSandbox(ctx, req)
+			// A create is safe to retry with its request id: a retry
+			// after an ambiguous failure (the connection cut, a node
+			// down) returns the sandbox the first attempt made. With
+			// several --endpoint addresses the retry may go to another.
+			req.RequestId = uuid.NewString()
+			var sb *shoalv1.Sandbox
+			for attempt := 1; ; attempt++ {
+				sb, err = api.CreateSandbox(ctx, req)
+				if status.Code(err) != codes.Unavailable || attempt == createAttempts || ctx.Err() != nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+				}
+			}
 			if stop != nil {
 				stop("")
 			}
@@ -254,6 +273,9 @@ decodes) is removed by name too.
 		},
 	}
 }
+
+// createAttempts bounds the retries of a create that failed UNAVAILABLE.
+const createAttempts = 4
 
 func (a *app) sandboxExec() *cli.Command {
 	return &cli.Command{

@@ -48,7 +48,7 @@ func TestPlacementSpreadsAndRegistryIsUnique(t *testing.T) {
 		register(t, s, c, n, 0, nil)
 	}
 	for i := range 30 {
-		sb, err := s.CreateSandboxOn(ctx, sandbox(fmt.Sprintf("s%02d", i)), store.Placement{})
+		sb, err := s.CreateSandboxOn(ctx, sandbox(fmt.Sprintf("s%02d", i)), store.Placement{}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestPlacementCapacityCordonSelector(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = s.CreateSandboxOn(ctx, sandbox(fmt.Sprintf("c%02d", i)), store.Placement{})
+			_, errs[i] = s.CreateSandboxOn(ctx, sandbox(fmt.Sprintf("c%02d", i)), store.Placement{}, "")
 		}()
 	}
 	wg.Wait()
@@ -139,28 +139,52 @@ func TestPlacementCapacityCordonSelector(t *testing.T) {
 	if _, err := c.Revoke(ctx, gone); err != nil {
 		t.Fatal(err)
 	}
-	_, err := s.CreateSandboxOn(ctx, sandbox("sel"), store.Placement{Selector: map[string]string{"gpu": "h100"}})
+	_, err := s.CreateSandboxOn(ctx, sandbox("sel"), store.Placement{Selector: map[string]string{"gpu": "h100"}}, "")
 	if msg := fmt.Sprint(err); shoal.KindOf(err) != shoal.KindFailedPrecondition ||
 		!strings.Contains(msg, "a lacks label gpu=h100") || !strings.Contains(msg, "b cordoned") || !strings.Contains(msg, "c not ready") {
 		t.Fatalf("selector nobody matches: %v", err)
 	}
-	sb, err := s.CreateSandboxOn(ctx, sandbox("gpu"), store.Placement{Selector: map[string]string{"gpu": "a100"}})
+	sb, err := s.CreateSandboxOn(ctx, sandbox("gpu"), store.Placement{Selector: map[string]string{"gpu": "a100"}}, "")
 	if err != nil || sb.Spec.Node != "a" {
 		t.Fatalf("selector gpu=a100: %v on %q", err, sb.GetSpec().GetNode())
 	}
-	if _, err := s.CreateSandboxOn(ctx, sandbox("on-b"), store.Placement{Node: "b"}); shoal.KindOf(err) != shoal.KindFailedPrecondition {
+	if _, err := s.CreateSandboxOn(ctx, sandbox("on-b"), store.Placement{Node: "b"}, ""); shoal.KindOf(err) != shoal.KindFailedPrecondition {
 		t.Fatalf("--node of a cordoned node: %v", err)
 	}
 	if err := s.CordonNode(ctx, "b", false); err != nil {
 		t.Fatal(err)
 	}
-	if sb, err := s.CreateSandboxOn(ctx, sandbox("on-b"), store.Placement{Node: "b"}); err != nil || sb.Spec.Node != "b" {
+	if sb, err := s.CreateSandboxOn(ctx, sandbox("on-b"), store.Placement{Node: "b"}, ""); err != nil || sb.Spec.Node != "b" {
 		t.Fatalf("--node b after uncordon: %v", err)
 	}
-	if _, err := s.CreateSandboxOn(ctx, sandbox("nowhere"), store.Placement{Node: "zz"}); shoal.KindOf(err) != shoal.KindFailedPrecondition || !strings.Contains(err.Error(), "not known") {
+	if _, err := s.CreateSandboxOn(ctx, sandbox("nowhere"), store.Placement{Node: "zz"}, ""); shoal.KindOf(err) != shoal.KindFailedPrecondition || !strings.Contains(err.Error(), "not known") {
 		t.Fatalf("--node of an unknown node: %v", err)
 	}
 	if err := s.CordonNode(ctx, "zz", true); shoal.KindOf(err) != shoal.KindNotFound {
 		t.Fatalf("cordon an unknown node: %v", err)
+	}
+}
+
+// A create retried with its request id returns the record it made; another
+// request for the same name is ALREADY_EXISTS.
+func TestCreateRetriedWithItsRequestID(t *testing.T) {
+	s, c := newStore(t)
+	ctx := ctxT(t)
+	register(t, s, c, "n1", 0, nil)
+	first, err := s.CreateSandboxOn(ctx, sandbox("r"), store.Placement{}, "req-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := s.CreateSandboxOn(ctx, sandbox("r"), store.Placement{}, "req-1")
+	if err != nil || again.Meta.Uid != first.Meta.Uid || again.Meta.ResourceVersion != first.Meta.ResourceVersion {
+		t.Fatalf("retry: %v %v; want the first record back unchanged", again.GetMeta(), err)
+	}
+	_, err = s.CreateSandboxOn(ctx, sandbox("r"), store.Placement{}, "req-2")
+	mustKind(t, err, shoal.KindAlreadyExists)
+	_, err = s.CreateSandboxOn(ctx, sandbox("r"), store.Placement{}, "")
+	mustKind(t, err, shoal.KindAlreadyExists)
+	other, err := s.CreateSandboxOn(ctx, sandbox("r2"), store.Placement{}, "req-1")
+	if err != nil || other.Meta.Uid == first.Meta.Uid {
+		t.Fatalf("the same request id for another name: %v, uid %s", err, other.GetMeta().GetUid())
 	}
 }

@@ -42,9 +42,17 @@ func (s *Store) CreateSandbox(ctx context.Context, sb *shoalv1.Sandbox) (*shoalv
 // by p among the registry's Ready, uncordoned nodes that fit (nodes.go):
 // spec.node is set in the create's own Txn, which also compares that the
 // node's registry key exists and takes one of its slots.
-func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Placement) (*shoalv1.Sandbox, error) {
+//
+// A request id (client-chosen, unique per create) makes the create safe to
+// retry after an ambiguous failure: the uid is derived from it and the
+// name, so a retry that finds the record it made returns that record
+// instead of ALREADY_EXISTS.
+func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Placement, requestID string) (*shoalv1.Sandbox, error) {
 	sb = clone(sb)
 	m := s.newMeta(sb.GetMeta())
+	if requestID != "" {
+		m.Uid = uuid.NewSHA1(createNamespace, []byte(m.Workspace+"/"+m.Name+"/"+requestID)).String()
+	}
 	if sb.Status == nil {
 		sb.Status = &shoalv1.SandboxStatus{}
 	}
@@ -61,6 +69,9 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 		key:   s.k.sandbox(m.Workspace, m.Name),
 		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
 			if cur != nil {
+				if requestID != "" && cur.GetMeta().GetUid() == m.Uid {
+					return cur, nil // this create's own record: a retry
+				}
 				if cur.GetMeta().GetDeletionTimestamp() != nil {
 					return nil, shoal.AlreadyExists("sandbox %q already exists and is being deleted; wait for the deletion to finish", m.Name)
 				}
@@ -81,6 +92,9 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 		},
 	})
 }
+
+// createNamespace derives sandbox uids from create request ids.
+var createNamespace = uuid.MustParse("5c3f7a52-4d0e-4f55-9a55-0b8f1c2d6e01")
 
 // NodeOf is the node a sandbox belongs to: spec.node, or for a sandbox
 // created before placement existed, the node that took the request.
