@@ -158,6 +158,14 @@ func (a *app) clusterAPI() (shoalv1.ClusterClient, error) {
 	return shoalv1.NewClusterClient(a.conn), nil
 }
 
+// clusterArgs is dialArgs for the Cluster service.
+func (a *app) clusterArgs(c *cli.Context, n int, names string) (shoalv1.ClusterClient, error) {
+	if err := exactArgs(c, n, names); err != nil {
+		return nil, err
+	}
+	return a.clusterAPI()
+}
+
 // dialArgs checks the positional argument count, then dials: the opening
 // of every command that takes fixed arguments.
 func (a *app) dialArgs(c *cli.Context, n int, names string) (shoalv1.ShoalClient, error) {

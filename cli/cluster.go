@@ -60,10 +60,7 @@ and whether it sees a leader. shoal's leader is the node that drives teardown;
 its fencing token is the create revision of its election key, which every
 leader-only write compares.`,
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 0, "no arguments"); err != nil {
-				return err
-			}
-			api, err := a.clusterAPI()
+			api, err := a.clusterArgs(c, 0, "no arguments")
 			if err != nil {
 				return err
 			}
@@ -113,10 +110,7 @@ func (a *app) memberList() *cli.Command {
 		Name:  "list",
 		Usage: "list the etcd members",
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 0, "no arguments"); err != nil {
-				return err
-			}
-			api, err := a.clusterAPI()
+			api, err := a.clusterArgs(c, 0, "no arguments")
 			if err != nil {
 				return err
 			}
@@ -206,10 +200,7 @@ func (a *app) memberRemove() *cli.Command {
 is removed stops: its data dir cannot start again (remove it and start with
 --join to come back). The last voting member cannot be removed.`,
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 1, "NAME"); err != nil {
-				return err
-			}
-			api, err := a.clusterAPI()
+			api, err := a.clusterArgs(c, 1, "NAME")
 			if err != nil {
 				return err
 			}
@@ -234,10 +225,7 @@ func (a *app) memberPromote() *cli.Command {
 retries until then, for up to 30s, and otherwise fails with exit 5 (retry
 later). Promoting a voter changes nothing.`,
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 1, "NAME"); err != nil {
-				return err
-			}
-			api, err := a.clusterAPI()
+			api, err := a.clusterArgs(c, 1, "NAME")
 			if err != nil {
 				return err
 			}

@@ -144,10 +144,7 @@ func (a *app) nodeList() *cli.Command {
 after it expired (the node is remembered); Cordoned nodes take no new sandboxes.
 SANDBOXES is placed/capacity.`,
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 0, ""); err != nil {
-				return err
-			}
-			api, err := a.clusterAPI()
+			api, err := a.clusterArgs(c, 0, "")
 			if err != nil {
 				return err
 			}
@@ -166,10 +163,7 @@ func (a *app) nodeGet() *cli.Command {
 		Usage:     "show one node",
 		ArgsUsage: "NAME",
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 1, "NAME"); err != nil {
-				return err
-			}
-			api, err := a.clusterAPI()
+			api, err := a.clusterArgs(c, 1, "NAME")
 			if err != nil {
 				return err
 			}
@@ -192,10 +186,7 @@ func (a *app) nodeCordon(cordon bool) *cli.Command {
 		Usage:     usage,
 		ArgsUsage: "NAME",
 		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 1, "NAME"); err != nil {
-				return err
-			}
-			api, err := a.clusterAPI()
+			api, err := a.clusterArgs(c, 1, "NAME")
 			if err != nil {
 				return err
 			}

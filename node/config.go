@@ -124,18 +124,6 @@ func defaultDataDir() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("shoal-%d", os.Getuid()))
 }
 
-func validID(id string) bool {
-	if len(id) == 0 || len(id) > 63 || id[0] == '-' || id[len(id)-1] == '-' {
-		return false
-	}
-	for _, c := range id {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 func sanitizeID(s string) string {
 	s = strings.ToLower(s)
 	b := []byte(s)
@@ -159,7 +147,7 @@ func (c *Config) Validate() error {
 	if c.ID == "" {
 		return errors.New("--node-id: must be set")
 	}
-	if !validID(c.ID) {
+	if !store.IsName(c.ID) {
 		return fmt.Errorf("--node-id: %q must be 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit", c.ID)
 	}
 	if err := c.validateMembership(); err != nil {

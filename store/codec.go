@@ -76,7 +76,7 @@ func (c codec[T]) decode(kv *mvccpb.KeyValue) (T, error) {
 func (c codec[T]) corrupt(kv *mvccpb.KeyValue, why string) error {
 	ws, name := keyRef(string(kv.Key))
 	fix := fmt.Sprintf("`shoal %s delete %s -w %s`", c.kind, name, ws)
-	if !apiName(ws) || !apiName(name) {
+	if !IsName(ws) || !IsName(name) {
 		// No API call can name it: only etcd can remove it.
 		fix = fmt.Sprintf("with etcdctl: `etcdctl del %q`", kv.Key)
 	}
@@ -84,9 +84,9 @@ func (c codec[T]) corrupt(kv *mvccpb.KeyValue, why string) error {
 		c.kind, name, ws, kv.Key, kv.ModRevision, why, fix)
 }
 
-// apiName reports whether s can be named through the API (a DNS-1123
-// label, as the API validates names and workspaces).
-func apiName(s string) bool {
+// IsName reports whether s is a name the API takes for objects,
+// workspaces and nodes: a DNS-1123 label.
+func IsName(s string) bool {
 	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
 		return false
 	}
