@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -13,7 +12,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -28,6 +26,7 @@ type Store interface {
 	UpdateSandbox(ctx context.Context, ws, name string, pre store.Preconditions, mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error)
 	WatchSandboxes(ctx context.Context, ws, name string, fromRev int64) <-chan store.Event[*shoalv1.Sandbox]
 	GetProvider(ctx context.Context, ws, name string) (*shoalv1.Provider, error)
+	RecordTeardown(ctx context.Context, ws, name, uid string) error
 }
 
 var _ Store = (*store.Store)(nil)
@@ -39,6 +38,17 @@ type Runtime interface {
 	List(ctx context.Context) ([]shoal.Container, error)
 	Inspect(ctx context.Context, id string) (shoal.ContainerState, error)
 	Events(ctx context.Context) (<-chan shoal.ContainerEvent, <-chan error)
+	// Remove removes this node's containers of a sandbox uid.
+	Remove(ctx context.Context, uid string) error
+	Pause(ctx context.Context, id string) error
+	Unpause(ctx context.Context, id string) error
+}
+
+// Lease is this node's registration (package registry) as the agent needs
+// it: whether the node holds its liveness lease now (renewed within its
+// TTL), and a generation that moves each time it registers again.
+type Lease interface {
+	State() (held bool, generation uint64)
 }
 
 // Config of an Agent.
@@ -46,6 +56,15 @@ type Config struct {
 	Node    string
 	Store   Store
 	Runtime Runtime
+	// Lease gates every change the agent makes to its containers other
+	// than removing them (freeze.go). Required.
+	Lease Lease
+	// LeaseCheck is how often the lease is looked at (default 100ms): a
+	// node that stops holding it freezes its containers within this.
+	LeaseCheck time.Duration
+	// FrozenFile, if set, is where the ids of the containers frozen by the
+	// agent are kept, so that a node restarted while frozen thaws them.
+	FrozenFile string
 	// Workers provision and sync sandboxes in parallel.
 	Workers int
 	// Resync compares every sandbox of this node with its container this
@@ -82,6 +101,12 @@ type Agent struct {
 	orphans  map[string]time.Time // container id → first seen orphaned
 	reaped   int
 	attempts map[string]int // sandbox uid → failed provisioning attempts
+
+	// Owned by Start's loop (freeze.go).
+	frozen  bool
+	gen     uint64          // the registration the containers were last reconciled under
+	paused  map[string]bool // container ids freeze paused
+	retryAt time.Time       // no lease action before this, after one failed
 }
 
 // runTimeout bounds one container create and start, which shutdown
@@ -106,8 +131,11 @@ func (a *Agent) attempt(uid string) int {
 
 // New validates cfg.
 func New(cfg Config) (*Agent, error) {
-	if cfg.Node == "" || cfg.Store == nil || cfg.Runtime == nil {
-		return nil, errors.New("agent: node, store and runtime are required")
+	if cfg.Node == "" || cfg.Store == nil || cfg.Runtime == nil || cfg.Lease == nil {
+		return nil, errors.New("agent: node, store, runtime and lease are required")
+	}
+	if cfg.LeaseCheck <= 0 {
+		cfg.LeaseCheck = 100 * time.Millisecond
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
@@ -133,7 +161,8 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("shoal/agent")
 	}
-	return &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{}}, nil
+	return &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{},
+		paused: loadFrozen(cfg.FrozenFile)}, nil
 }
 
 // Reaped is the number of orphan containers removed so far.
@@ -208,10 +237,15 @@ func (a *Agent) Start(ctx context.Context) error {
 	defer resubscribe.Stop()
 	tick := time.NewTicker(a.cfg.Resync)
 	defer tick.Stop()
+	leaseTick := time.NewTicker(a.cfg.LeaseCheck)
+	defer leaseTick.Stop()
+	a.checkLease(ctx, q)
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-leaseTick.C:
+			a.checkLease(ctx, q)
 		case ev, ok := <-sandboxes:
 			if !ok || ev.Err != nil {
 				if ctx.Err() != nil {
@@ -233,7 +267,7 @@ func (a *Agent) Start(ctx context.Context) error {
 				continue
 			}
 			byUID[sb.Meta.Uid] = it
-			if sb.Meta.DeletionTimestamp == nil && sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING {
+			if sb.Meta.DeletionTimestamp != nil || sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING {
 				q.Add(it)
 			}
 		case <-rewatch.C:
@@ -313,9 +347,7 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 	known := map[string]bool{}
 	for _, sb := range page.Items {
 		known[sb.Meta.Uid] = true
-		if sb.Meta.DeletionTimestamp == nil {
-			q.Add(item{sb.Meta.Workspace, sb.Meta.Name})
-		}
+		q.Add(item{sb.Meta.Workspace, sb.Meta.Name})
 	}
 	now := time.Now()
 	a.mu.Lock()
@@ -382,13 +414,36 @@ func (a *Agent) reconcile(ctx context.Context, it item) error {
 	if err != nil {
 		return err
 	}
-	if sb.Meta.DeletionTimestamp != nil || store.NodeOf(sb) != a.cfg.Node {
+	if store.NodeOf(sb) != a.cfg.Node {
 		return nil
 	}
-	if sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING {
+	if sb.Meta.DeletionTimestamp != nil {
+		return a.teardown(ctx, sb)
+	}
+	// Anything but removal waits until the node holds its lease: a node cut
+	// off, or a process resumed after a stop, may hold stale records.
+	if held, _ := a.cfg.Lease.State(); !held {
+		return nil // queued again when the node holds it (freeze.go: rejoin)
+	}
+	if sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING ||
+		sb.Status.Phase == shoalv1.SandboxPhase_UNKNOWN && sb.Status.GetContainerId() == "" {
+		// (UNKNOWN without a container: the node was lost while it
+		// provisioned; Run finds a container it made by its name.)
 		return a.provision(ctx, sb)
 	}
 	return a.syncStatus(ctx, sb)
+}
+
+// teardown is the owner's step of the deletion protocol (store/deletion.go):
+// remove the container, then record that it is gone, so the leader may
+// remove the record.
+func (a *Agent) teardown(ctx context.Context, sb *shoalv1.Sandbox) error {
+	ctx, span := a.cfg.Tracer.Start(ctx, "agent.Teardown")
+	defer span.End()
+	if err := a.cfg.Runtime.Remove(ctx, sb.Meta.Uid); err != nil {
+		return err
+	}
+	return a.cfg.Store.RecordTeardown(ctx, sb.Meta.Workspace, sb.Meta.Name, sb.Meta.Uid)
 }
 
 func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
@@ -399,7 +454,7 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 			st.Phase = shoalv1.SandboxPhase_ERROR
 			st.Message = err.Error()
-			setCondition(st, "Provisioned", "False", "ProviderUnavailable", err.Error())
+			store.SetCondition(st, "Provisioned", "False", "ProviderUnavailable", err.Error())
 		})
 	}
 	if n := shoal.EnvBytes(env); n > shoal.MaxContainerEnvBytes {
@@ -409,7 +464,7 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 			st.Phase = shoalv1.SandboxPhase_ERROR
 			st.Message = msg
-			setCondition(st, "Provisioned", "False", "EnvironmentTooLarge", msg)
+			store.SetCondition(st, "Provisioned", "False", "EnvironmentTooLarge", msg)
 		})
 	}
 	spec := sb.GetSpec()
@@ -449,7 +504,7 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 			st.Phase = shoalv1.SandboxPhase_ERROR
 			st.ContainerId = id
 			st.Message = msg
-			setCondition(st, "Provisioned", "False", "RuntimeError", msg)
+			store.SetCondition(st, "Provisioned", "False", "RuntimeError", msg)
 		})
 	}
 	a.mu.Lock()
@@ -466,7 +521,7 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	}
 	if err := a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 		st.ContainerId = id
-		setCondition(st, "Provisioned", "True", "ContainerStarted", "")
+		store.SetCondition(st, "Provisioned", "True", "ContainerStarted", "")
 		observe(st, id, state)
 	}); err != nil {
 		return err
@@ -528,34 +583,34 @@ func observe(s *shoalv1.SandboxStatus, id string, st shoal.ContainerState) {
 	case !st.Exists:
 		s.Phase = shoalv1.SandboxPhase_ERROR
 		s.Message = fmt.Sprintf("container %s was removed outside shoal; delete the sandbox and create it again", id[:min(12, len(id))])
-		setCondition(s, "ContainerPresent", "False", "RemovedExternally", s.Message)
+		store.SetCondition(s, "ContainerPresent", "False", "RemovedExternally", s.Message)
 	case st.Paused:
 		// Docker counts a paused container as running, but nothing runs
 		// in it and exec fails: READY would lie.
 		s.Phase = shoalv1.SandboxPhase_PAUSED
 		s.Message = "container is paused (docker pause); exec fails until it is unpaused (docker unpause)"
-		setCondition(s, "ContainerPresent", "True", "Paused", s.Message)
+		store.SetCondition(s, "ContainerPresent", "True", "Paused", s.Message)
 	case st.Running:
 		s.Phase = shoalv1.SandboxPhase_READY
 		s.Message = ""
-		setCondition(s, "ContainerPresent", "True", "Running", "")
+		store.SetCondition(s, "ContainerPresent", "True", "Running", "")
 	case st.Error != "":
 		// Docker could not start the process (exit code 128 says only
 		// that); its own reason says why.
 		s.Phase = shoalv1.SandboxPhase_ERROR
 		s.ExitCode = int32(st.ExitCode)
 		s.Message = "Docker could not start the container: " + st.Error
-		setCondition(s, "ContainerPresent", "True", "StartFailed", s.Message)
+		store.SetCondition(s, "ContainerPresent", "True", "StartFailed", s.Message)
 	case st.OOM:
 		s.Phase = shoalv1.SandboxPhase_ERROR
 		s.ExitCode = int32(st.ExitCode)
 		s.Message = "container was killed: out of memory"
-		setCondition(s, "ContainerPresent", "True", "OOMKilled", s.Message)
+		store.SetCondition(s, "ContainerPresent", "True", "OOMKilled", s.Message)
 	default:
 		s.Phase = shoalv1.SandboxPhase_STOPPED
 		s.ExitCode = int32(st.ExitCode)
 		s.Message = fmt.Sprintf("container exited with code %d", st.ExitCode)
-		setCondition(s, "ContainerPresent", "True", "Exited", s.Message)
+		store.SetCondition(s, "ContainerPresent", "True", "Exited", s.Message)
 	}
 }
 
@@ -576,8 +631,14 @@ func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*sh
 				sb.Status = &shoalv1.SandboxStatus{}
 			}
 			f(sb.Status)
-			// Observed: this node's agent reports on the container.
+			// Observed: this node's agent reports on the container, so the
+			// node is not lost (any more).
 			sb.Status.Node = a.cfg.Node
+			for _, c := range sb.Status.Conditions {
+				if c.Type == store.ConditionNodeLost && c.Status == "True" {
+					store.SetCondition(sb.Status, store.ConditionNodeLost, "False", "NodeReady", "")
+				}
+			}
 			sb.Status.Message = truncate(sb.Status.Message, MaxMessageBytes)
 			for _, c := range sb.Status.Conditions {
 				c.Message = truncate(c.Message, MaxMessageBytes)
@@ -602,19 +663,4 @@ func truncate(s string, n int) string {
 		cut--
 	}
 	return s[:cut] + mark
-}
-
-// setCondition sets a condition, moving its transition time only when its
-// status changes.
-func setCondition(st *shoalv1.SandboxStatus, typ, status, reason, msg string) {
-	i := slices.IndexFunc(st.Conditions, func(c *shoalv1.Condition) bool { return c.Type == typ })
-	if i < 0 {
-		st.Conditions = append(st.Conditions, &shoalv1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: timestamppb.Now()})
-		return
-	}
-	c := st.Conditions[i]
-	if c.Status != status {
-		c.LastTransitionTime = timestamppb.Now()
-	}
-	c.Status, c.Reason, c.Message = status, reason, msg
 }

@@ -13,6 +13,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/docker"
 	"shoal/internal/testenv"
+	"shoal/registry"
 	"shoal/store"
 )
 
@@ -91,19 +92,31 @@ func TestBrokenStreamsAreReopenedWithBackoff(t *testing.T) {
 	const breaks = 5
 	bs := &breakingStore{Store: st, breaks: breaks}
 	br := &breakingRuntime{Runtime: rt, breaks: breaks}
+	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Node: &shoalv1.Node{Name: node}, Instance: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
 	const delay = 50 * time.Millisecond
-	a, err := agent.New(agent.Config{Node: node, Store: bs, Runtime: br, Resync: 200 * time.Millisecond,
+	a, err := agent.New(agent.Config{Node: node, Store: bs, Runtime: br, Lease: reg, Resync: 200 * time.Millisecond,
 		RestartDelay: delay, MaxRestartDelay: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	actx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
+	regDone := make(chan error, 1)
 	go func() { done <- a.Start(actx) }()
+	go func() { regDone <- reg.Start(actx) }()
 	defer func() {
 		stop()
 		if err := <-done; err != nil {
 			t.Errorf("agent: %v", err)
+		}
+		if err := <-regDone; err != nil {
+			t.Errorf("registry: %v", err)
 		}
 	}()
 

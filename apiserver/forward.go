@@ -2,8 +2,10 @@ package apiserver
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -77,7 +79,11 @@ func (s *Server) owner(ctx context.Context, sb *shoalv1.Sandbox) (shoalv1.ShoalC
 		return nil, nil, err
 	}
 	if !n.GetStatus().GetReady() {
-		return nil, nil, shoal.Unavailable("sandbox %q runs on node %q, which is NotReady (its liveness lease expired); try again when it is back", name, node)
+		seen := "its liveness lease expired"
+		if t := n.GetStatus().GetLastSeen(); t != nil {
+			seen = fmt.Sprintf("last seen %s ago", time.Since(t.AsTime()).Round(time.Second))
+		}
+		return nil, nil, shoal.Unavailable("sandbox %q runs on node %q, which is NotReady (%s); try again when it is back", name, node, seen)
 	}
 	c, err := s.peers.client(n.Address)
 	if err != nil {

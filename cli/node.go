@@ -50,7 +50,8 @@ etcd client only.`,
 				&cli.StringFlag{Name: "advertise", Usage: "API `ADDRESS` other nodes and clients reach this node at (default: --listen)"},
 				&cli.StringSliceFlag{Name: "node-label", Usage: "placement label `KEY=VALUE` of this node, repeatable"},
 				&cli.IntFlag{Name: "max-sandboxes", Value: def.MaxSandboxes, Usage: "place at most `N` sandboxes on this node (0: no cap)"},
-				&cli.DurationFlag{Name: "node-ttl", Value: def.NodeTTL, Usage: "liveness lease `TTL` of this node's registry entry"},
+				&cli.DurationFlag{Name: "node-ttl", Value: def.NodeTTL, Usage: "liveness lease `TTL` of this node's registry entry; a node that cannot renew it within the TTL freezes its sandboxes"},
+				&cli.DurationFlag{Name: "fence-margin", Usage: "when this node leads, delete the sandboxes of a lost node this long after its lease expired (`DURATION`; default: --node-ttl)"},
 				&cli.DurationFlag{Name: "resync", Value: def.Resync, Usage: "reconcile everything every `INTERVAL`"},
 				&cli.DurationFlag{Name: "orphan-grace", Value: def.OrphanGrace, Usage: "reap unrecorded containers after `DURATION`"},
 				&cli.IntFlag{Name: "max-watches", Value: def.MaxWatches, Usage: "serve at most `N` watch streams at once (more: RESOURCE_EXHAUSTED)"},
@@ -105,6 +106,7 @@ etcd client only.`,
 				cfg.NodeLabels = labels
 				cfg.MaxSandboxes = c.Int("max-sandboxes")
 				cfg.NodeTTL = c.Duration("node-ttl")
+				cfg.FenceMargin = c.Duration("fence-margin")
 				cfg.Version = Version
 				cfg.DebugListen = c.String("debug-listen")
 				cfg.Logger = slog.New(h)

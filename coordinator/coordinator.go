@@ -17,12 +17,6 @@ import (
 	"shoal/workqueue"
 )
 
-// Runtime is what teardown needs of the container runtime.
-type Runtime interface {
-	// Remove removes every container of a sandbox uid; gone is success.
-	Remove(ctx context.Context, uid string) error
-}
-
 // Elector runs a function for each term of leadership.
 type Elector interface {
 	Run(ctx context.Context, lead func(ctx context.Context, l *lease.Leadership) error) error
@@ -33,8 +27,12 @@ var _ Elector = (*lease.Elector)(nil)
 // Config of a Coordinator.
 type Config struct {
 	Store   *store.Store
-	Runtime Runtime
 	Elector Elector
+	// FenceMargin is how long after a node's loss is recorded its
+	// sandboxes' deletions may complete without the node (store/deletion.go:
+	// ownerProof). It must exceed the time a cut-off node takes to freeze
+	// its containers after its lease expired; the default is one node TTL.
+	FenceMargin time.Duration
 	// Workers tear sandboxes down in parallel.
 	Workers int
 	// Resync lists all DELETING sandboxes and terminating providers this
@@ -44,6 +42,9 @@ type Config struct {
 	Tracer trace.Tracer
 }
 
+// DefaultFenceMargin is Config.FenceMargin's default: the default node TTL.
+const DefaultFenceMargin = 10 * time.Second
+
 // Coordinator drives teardown while this node leads.
 type Coordinator struct {
 	cfg Config
@@ -52,8 +53,11 @@ type Coordinator struct {
 
 // New validates cfg and returns a Coordinator.
 func New(cfg Config) (*Coordinator, error) {
-	if cfg.Store == nil || cfg.Runtime == nil || cfg.Elector == nil {
-		return nil, errors.New("coordinator: store, runtime and elector are required")
+	if cfg.Store == nil || cfg.Elector == nil {
+		return nil, errors.New("coordinator: store and elector are required")
+	}
+	if cfg.FenceMargin <= 0 {
+		cfg.FenceMargin = DefaultFenceMargin
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
@@ -80,15 +84,26 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	return err
 }
 
+// task is one item of leader work: a sandbox to remove, a provider to
+// finalise, a lost node to mark, or a removed node to forget.
 type task struct {
 	ws, name, uid string
-	providers     []string
 	provider      bool // finalise provider ws/name
+	lost          bool // node name lost its lease
+	forget        bool // forget node name
+	repair        bool // stale intents and stray keys (store/repair.go)
 }
 
 func (t task) key() string {
-	if t.provider {
+	switch {
+	case t.repair:
+		return "r"
+	case t.provider:
 		return "p/" + t.ws + "/" + t.name
+	case t.lost:
+		return "n/" + t.name
+	case t.forget:
+		return "f/" + t.name
 	}
 	return "s/" + t.ws + "/" + t.name + "/" + t.uid
 }
@@ -105,10 +120,10 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 	go func() {
 		defer wg.Done()
 		q.Run(ctx, c.cfg.Workers, func(t task) time.Duration {
-			err := c.process(ctx, fence, t)
+			after, err := c.process(ctx, fence, q, t)
 			switch {
 			case err == nil:
-				return 0
+				return after
 			case errors.Is(err, store.ErrFenced):
 				c.log.Warn("fenced out; stopping leader loops", "err", err)
 				cancel()
@@ -122,10 +137,41 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 
 	sandboxes := c.cfg.Store.WatchSandboxes(ctx, "", "", 0)
 	providers := c.cfg.Store.WatchProviders(ctx, 0)
+	nodes := c.cfg.Store.WatchNodeKeys(ctx)
+	teardowns := c.cfg.Store.WatchTeardowns(ctx)
+	// Nodes lost while no leader watched are found by the first resync.
+	c.resync(ctx, q)
 	tick := time.NewTicker(c.cfg.Resync)
 	defer tick.Stop()
 	for {
 		select {
+		case ev, ok := <-nodes:
+			if !ok || ev.Err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				c.log.Warn("node watch broke; restarting it", "err", ev.Err)
+				nodes = c.cfg.Store.WatchNodeKeys(ctx)
+				c.resync(ctx, q)
+				continue
+			}
+			if ev.Deleted {
+				q.Add(task{name: ev.Name, lost: true})
+			}
+		case ev, ok := <-teardowns:
+			if !ok || ev.Err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				c.log.Warn("teardown watch broke; restarting it", "err", ev.Err)
+				teardowns = c.cfg.Store.WatchTeardowns(ctx)
+				c.resync(ctx, q)
+				continue
+			}
+			if !ev.Deleted {
+				ws, name := store.TeardownName(ev.Name)
+				q.Add(task{ws: ws, name: name, uid: ev.Value})
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case ev, ok := <-sandboxes:
@@ -153,32 +199,20 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 				q.Add(task{ws: p.Meta.Workspace, name: p.Meta.Name, provider: true})
 			}
 		case <-tick.C:
-			c.resync(ctx, fence, q)
+			c.resync(ctx, q)
 		}
 	}
 }
 
 func sandboxTask(sb *shoalv1.Sandbox) task {
-	return task{ws: sb.Meta.Workspace, name: sb.Meta.Name, uid: sb.Meta.Uid, providers: sb.GetSpec().GetProviders()}
+	return task{ws: sb.Meta.Workspace, name: sb.Meta.Name, uid: sb.Meta.Uid}
 }
 
-func (c *Coordinator) resync(ctx context.Context, fence *store.Fence, q *workqueue.Queue[task]) {
-	// Roll forward deletions whose deleter died between intent and mark;
-	// remove intents that match no record.
-	intents, err := c.cfg.Store.Intents(ctx)
-	if err != nil && ctx.Err() == nil {
-		c.log.Warn("resync: list deletion intents", "err", err)
-	}
-	for _, p := range intents {
-		if _, err := c.cfg.Store.CompleteIntent(ctx, p.Workspace, p.Sandbox, p.UID, fence); err != nil && ctx.Err() == nil {
-			c.log.Warn("resync: complete deletion intent", "sandbox", p.Sandbox, "err", err)
-		}
-	}
-	// Attachment keys of sandboxes that do not exist would block their
-	// providers' deletion forever.
-	if _, err := c.cfg.Store.CollectAttachments(ctx, fence); err != nil && ctx.Err() == nil {
-		c.log.Warn("resync: collect stray attachment keys", "err", err)
-	}
+// resync queues all pending work: stale intents and stray keys first (as
+// one task), then every DELETING sandbox, terminating provider, NotReady
+// node and node being forgotten.
+func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) {
+	q.Add(task{repair: true})
 	page, err := c.cfg.Store.ListSandboxes(ctx, "", store.ListOptions{}, func(sb *shoalv1.Sandbox) bool {
 		return sb.GetMeta().GetDeletionTimestamp() != nil
 	})
@@ -197,48 +231,141 @@ func (c *Coordinator) resync(ctx context.Context, fence *store.Fence, q *workque
 	for _, p := range pp.Items {
 		q.Add(task{ws: p.Meta.Workspace, name: p.Meta.Name, provider: true})
 	}
+	nodes, err := c.cfg.Store.Nodes(ctx)
+	if err != nil {
+		c.log.Warn("resync: list nodes", "err", err)
+	}
+	for _, n := range nodes {
+		if !n.GetStatus().GetReady() {
+			q.Add(task{name: n.Name, lost: true})
+		}
+	}
+	forget, err := c.cfg.Store.Forgetting(ctx)
+	if err != nil {
+		c.log.Warn("resync: list nodes being removed", "err", err)
+	}
+	for _, id := range forget {
+		q.Add(task{name: id, forget: true})
+	}
 }
 
-// process runs one step of the deletion protocol (store/deletion.go).
-func (c *Coordinator) process(ctx context.Context, fence *store.Fence, t task) error {
-	if t.provider {
+// repair rolls forward deletions whose deleter died between intent and
+// mark, removes intents that match no record, and collects keys no sandbox
+// holds.
+func (c *Coordinator) repair(ctx context.Context, fence *store.Fence) error {
+	// Roll forward deletions whose deleter died between intent and mark;
+	// remove intents that match no record.
+	intents, err := c.cfg.Store.Intents(ctx)
+	if err != nil && ctx.Err() == nil {
+		c.log.Warn("repair: list deletion intents", "err", err)
+	}
+	for _, p := range intents {
+		if _, err := c.cfg.Store.CompleteIntent(ctx, p.Workspace, p.Sandbox, p.UID, fence); err != nil && ctx.Err() == nil {
+			if errors.Is(err, store.ErrFenced) {
+				return err
+			}
+			c.log.Warn("repair: complete deletion intent", "sandbox", p.Sandbox, "err", err)
+		}
+	}
+	// Attachment keys of sandboxes that do not exist would block their
+	// providers' deletion forever.
+	if _, err := c.cfg.Store.CollectAttachments(ctx, fence); err != nil && ctx.Err() == nil {
+		if errors.Is(err, store.ErrFenced) {
+			return err
+		}
+		c.log.Warn("repair: collect stray attachment keys", "err", err)
+	}
+	return nil
+}
+
+// process runs one task. It returns how long to wait before the task is
+// tried again (0: done, or woken by a watch event).
+func (c *Coordinator) process(ctx context.Context, fence *store.Fence, q *workqueue.Queue[task], t task) (time.Duration, error) {
+	switch {
+	case t.repair:
+		return 0, c.repair(ctx, fence)
+	case t.provider:
 		ctx, span := c.cfg.Tracer.Start(ctx, "coordinator.FinalizeProvider")
 		defer span.End()
 		gone, rev, err := c.cfg.Store.FinalizeProvider(ctx, t.ws, t.name, fence)
 		if gone {
 			c.fencedWrite("provider finalized", t.ws, t.name, fence, rev)
 		}
-		return err
+		return 0, err
+	case t.lost:
+		return 0, c.nodeLost(ctx, fence, t.name)
+	case t.forget:
+		gone, left, err := c.cfg.Store.CompleteForget(ctx, t.name, fence)
+		if err == nil && !gone && left > 0 {
+			c.log.Info("node removal waits for its sandboxes' deletion", "node", t.name, "sandboxes", left)
+		}
+		return 0, err
 	}
+	return c.teardown(ctx, fence, q, t)
+}
+
+// teardown is step 3 of the deletion protocol (store/deletion.go): once
+// the owner removed the container, or its node is fenced, remove the
+// record and its keys in one fenced Txn, then finalise the providers it
+// released.
+func (c *Coordinator) teardown(ctx context.Context, fence *store.Fence, q *workqueue.Queue[task], t task) (time.Duration, error) {
 	ctx, span := c.cfg.Tracer.Start(ctx, "coordinator.Teardown")
 	defer span.End()
-	// Step 2: the container. Idempotent, so a retry or a new leader may
-	// repeat it safely.
-	if err := c.cfg.Runtime.Remove(ctx, t.uid); err != nil {
-		return err
+	sb, err := c.cfg.Store.GetSandbox(ctx, t.ws, t.name)
+	switch shoal.KindOf(err) {
+	case shoal.KindNotFound, shoal.KindDataLoss:
+		return 0, nil // gone; a corrupt record is removed by its deletion call
 	}
-	// Step 3: record and attachment keys, in one fenced Txn.
-	rev, err := c.cfg.Store.RemoveSandbox(ctx, t.ws, t.name, t.uid, fence)
 	if err != nil {
-		if shoal.KindOf(err) == shoal.KindFailedPrecondition {
-			return nil // not marked for deletion (cannot happen for a uid we saw DELETING)
-		}
-		return err
+		return 0, err
+	}
+	if sb.Meta.Uid != t.uid || sb.Meta.DeletionTimestamp == nil {
+		return 0, nil
+	}
+	rev, err := c.cfg.Store.RemoveSandbox(ctx, t.ws, t.name, t.uid, fence, c.cfg.FenceMargin)
+	var pending *store.OwnerPending
+	switch {
+	case errors.As(err, &pending) && !pending.Lost:
+		return 0, nil // the owner's teardown record wakes this task
+	case errors.As(err, &pending) && pending.Wait > 0:
+		return pending.Wait, nil
+	case errors.As(err, &pending):
+		q.Add(task{name: pending.Node, lost: true}) // record the loss first
+		return time.Second, nil
+	case shoal.KindOf(err) == shoal.KindFailedPrecondition:
+		return 0, nil // not marked for deletion (cannot happen for a uid we saw DELETING)
+	case err != nil:
+		return 0, err
 	}
 	if rev != 0 {
 		c.fencedWrite("sandbox removed", t.ws, t.name, fence, rev)
 	}
 	// The providers it released may now be finalisable.
-	for _, p := range t.providers {
+	for _, p := range sb.GetSpec().GetProviders() {
 		gone, rev, err := c.cfg.Store.FinalizeProvider(ctx, t.ws, p, fence)
 		if err != nil && shoal.KindOf(err) != shoal.KindNotFound {
-			return err
+			return 0, err
 		}
 		if gone {
 			c.fencedWrite("provider finalized", t.ws, p, fence, rev)
 		}
 	}
-	return nil
+	return 0, nil
+}
+
+// nodeLost acts on a node whose registry key is gone: it records the loss
+// (once) and gives its sandboxes phase UNKNOWN. Nothing is rescheduled:
+// sandboxes hold local state.
+func (c *Coordinator) nodeLost(ctx context.Context, fence *store.Fence, id string) error {
+	since, err := c.cfg.Store.MarkNodeLost(ctx, id, fence)
+	if err != nil || since.IsZero() {
+		return err
+	}
+	n, err := c.cfg.Store.MarkSandboxesUnknown(ctx, id, since, fence)
+	if n > 0 {
+		c.log.Warn("node lost: its sandboxes are UNKNOWN until it is back", "node", id, "sandboxes", n, "since", since)
+	}
+	return err
 }
 
 // fencedWrite logs an applied leader-only write with its fencing token and

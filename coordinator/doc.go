@@ -1,16 +1,23 @@
 // Package coordinator runs shoal's leader-only loops under the leader lease
-// (package lease):
+// (package lease). It never talks to a Docker engine: containers are their
+// owning node's (package agent).
 //
-//   - sandbox teardown: for every DELETING sandbox, remove its container
-//     (idempotent), then remove the record and its attachment keys in one
-//     fenced Txn (store.RemoveSandbox);
+//   - sandbox removal: for every DELETING sandbox whose owner has recorded
+//     that it removed the container, or whose owner is lost and past its
+//     fence time, remove the record and its keys in one fenced Txn
+//     (store.RemoveSandbox);
 //   - provider finalisation: delete terminating providers once no sandbox
-//     holds them (store.FinalizeProvider).
+//     holds them (store.FinalizeProvider);
+//   - node loss: when a node's registry key is gone, record the loss and
+//     give its sandboxes phase UNKNOWN (store.MarkNodeLost,
+//     store.MarkSandboxesUnknown); forget a node `shoal node remove` named
+//     once no sandbox names it (store.CompleteForget);
+//   - repairs: stale deletion intents and keys no sandbox holds.
 //
-// Work comes from a watch on sandboxes and providers plus a periodic
-// resync, so teardown resumes after any restart or leadership change. Every
-// write carries the leader's fencing token; when the lease is lost the
-// loops return at once.
+// Work comes from watches on sandboxes, providers, node registry keys and
+// teardown records, plus a periodic resync, so it resumes after any restart
+// or leadership change. Every write carries the leader's fencing token;
+// when the lease is lost the loops return at once.
 //
 // The deletion protocol itself is written down in store/deletion.go.
 package coordinator

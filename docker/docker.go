@@ -338,9 +338,9 @@ func envSecrets(env []string) []string {
 // minSecretLen: shorter values are redacted only with their key.
 const minSecretLen = 6
 
-// Remove force-removes every container of a sandbox uid in this cluster
-// (whichever node of it made the container: teardown is the leader's).
-// Removing what is already gone is success.
+// Remove force-removes every container of a sandbox uid that this node
+// made in this cluster (only the owner touches its containers). Removing
+// what is already gone is success.
 func (r *Runtime) Remove(ctx context.Context, uid string) error {
 	cs, err := r.byUID(ctx, uid)
 	if err != nil {
@@ -370,9 +370,31 @@ func (r *Runtime) List(ctx context.Context) ([]shoal.Container, error) {
 	return r.list(ctx, f, false)
 }
 
-// byUID lists this cluster's containers of a sandbox uid.
+// byUID lists this node's containers of a sandbox uid in this cluster.
 func (r *Runtime) byUID(ctx context.Context, uid string) ([]shoal.Container, error) {
-	return r.list(ctx, filters.NewArgs(filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelUID+"="+uid)), true)
+	return r.list(ctx, filters.NewArgs(filters.Arg("label", LabelManaged+"=true"),
+		filters.Arg("label", LabelNode+"="+r.node), filters.Arg("label", LabelUID+"="+uid)), true)
+}
+
+// Pause freezes a container's processes (docker pause); one already paused
+// or not running is left as it is.
+func (r *Runtime) Pause(ctx context.Context, id string) error {
+	err := r.cli.ContainerPause(ctx, id)
+	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "is already paused") &&
+		!strings.Contains(err.Error(), "is not running") {
+		return fmt.Errorf("pause container %s: %w", id[:min(12, len(id))], err)
+	}
+	return nil
+}
+
+// Unpause thaws a container paused by Pause; one that is not paused is
+// left as it is.
+func (r *Runtime) Unpause(ctx context.Context, id string) error {
+	err := r.cli.ContainerUnpause(ctx, id)
+	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "is not paused") {
+		return fmt.Errorf("unpause container %s: %w", id[:min(12, len(id))], err)
+	}
+	return nil
 }
 
 // list returns the containers that match f and that this cluster owns

@@ -78,10 +78,10 @@ func TestLeadStopsWhenLeaseLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb, _ := s.GetSandbox(ctx, "default", "x")
-	if _, err := s.RemoveSandbox(ctx, "default", "x", sb.Meta.Uid, first.Fence()); !errors.Is(err, store.ErrFenced) {
+	if _, err := s.RemoveSandbox(ctx, "default", "x", sb.Meta.Uid, first.Fence(), 0); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("old-term write: %v, want ErrFenced", err)
 	}
-	if _, err := s.RemoveSandbox(ctx, "default", "x", sb.Meta.Uid, second.Fence()); err != nil {
+	if _, err := s.RemoveSandbox(ctx, "default", "x", sb.Meta.Uid, second.Fence(), 0); err != nil {
 		t.Fatalf("current-term write: %v", err)
 	}
 	cancel()

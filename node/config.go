@@ -75,6 +75,10 @@ type Config struct {
 	MaxSandboxes int
 	// NodeTTL is the liveness lease of the node's registry entry.
 	NodeTTL time.Duration
+	// FenceMargin: while this node leads, a deletion of a sandbox whose
+	// node is lost completes this long after the loss was recorded
+	// (store/deletion.go). 0: NodeTTL.
+	FenceMargin time.Duration
 	// Version is reported in the node registry.
 	Version string
 	// ShutdownTimeout bounds the graceful part of shutdown.
@@ -170,6 +174,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NodeTTL < time.Second {
 		return fmt.Errorf("--node-ttl: %s is below the 1s minimum", c.NodeTTL)
+	}
+	if c.FenceMargin < 0 {
+		return fmt.Errorf("--fence-margin: %s is negative (0: one --node-ttl)", c.FenceMargin)
 	}
 	if c.MaxSandboxes < 0 {
 		return fmt.Errorf("--max-sandboxes: %d is negative (0: no cap)", c.MaxSandboxes)

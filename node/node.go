@@ -38,7 +38,6 @@ var (
 	_ agent.Runtime       = (*docker.Runtime)(nil)
 	_ apiserver.Runtime   = (*docker.Runtime)(nil)
 	_ apiserver.Engine    = (*docker.Runtime)(nil)
-	_ coordinator.Runtime = (*docker.Runtime)(nil)
 )
 
 // Node is one shoal server.
@@ -145,16 +144,6 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	co, err := coordinator.New(coordinator.Config{Store: st, Runtime: rt, Elector: el, Resync: cfg.Resync,
-		Logger: cfg.Logger, Tracer: tp.Tracer("shoal/coordinator")})
-	if err != nil {
-		return err
-	}
-	ag, err := agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
-		StartupWindow: cfg.StartupWindow, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")})
-	if err != nil {
-		return err
-	}
 	api, err := apiserver.New(apiserver.Config{Store: st, Runtime: rt, Engine: rt, Node: cfg.ID, DefaultImage: cfg.DefaultImage,
 		MaxWatches: cfg.MaxWatches, MaxExecs: cfg.MaxExecs, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver")})
 	if err != nil {
@@ -182,8 +171,23 @@ func (n *Node) Run(ctx context.Context) error {
 		lis.Close()
 		return err
 	}
-	sess, err := reg.Register(ctx)
+	margin := cfg.FenceMargin
+	if margin == 0 {
+		margin = cfg.NodeTTL
+	}
+	co, err := coordinator.New(coordinator.Config{Store: st, Elector: el, Resync: cfg.Resync, FenceMargin: margin,
+		Logger: cfg.Logger, Tracer: tp.Tracer("shoal/coordinator")})
 	if err != nil {
+		lis.Close()
+		return err
+	}
+	ag, err := agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Lease: reg, FrozenFile: filepath.Join(cfg.DataDir, "frozen-containers"), Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
+		StartupWindow: cfg.StartupWindow, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")})
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	if err := reg.Register(ctx); err != nil {
 		lis.Close()
 		return err
 	}
@@ -223,7 +227,7 @@ func (n *Node) Run(ctx context.Context) error {
 	runCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	loops, lctx := errgroup.WithContext(runCtx)
-	loops.Go(func() error { return reg.Start(lctx, sess) })
+	loops.Go(func() error { return reg.Start(lctx) })
 	loops.Go(func() error { return co.Start(lctx) })
 	loops.Go(func() error { return ag.Start(lctx) })
 	serveErr := make(chan error, 1)

@@ -28,7 +28,7 @@ func (s *Store) removeCorruptSandbox(ctx context.Context, ws, name string, kv *m
 	if pre.ResourceVersion != 0 && pre.ResourceVersion != kv.ModRevision {
 		return nil, shoal.Conflict("precondition failed: sandbox %q is at resource_version %d, not %d", name, kv.ModRevision, pre.ResourceVersion)
 	}
-	ops := []clientv3.Op{clientv3.OpDelete(string(kv.Key)), clientv3.OpDelete(s.k.intent(ws, name))}
+	ops := []clientv3.Op{clientv3.OpDelete(string(kv.Key)), clientv3.OpDelete(s.k.intent(ws, name)), clientv3.OpDelete(s.k.torndown(ws, name))}
 	held, err := s.attachmentsOf(ctx, ws, name)
 	if err != nil {
 		return nil, err

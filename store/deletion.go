@@ -12,14 +12,28 @@ package store
 //     unless the caller's own precondition (uid, resource_version) fails.
 //     Marking twice is a no-op. The intent is durable: it is in etcd before
 //     the call returns, and a DELETING sandbox is frozen.
-//  2. Teardown, by the coordinator under the leader lease: remove the
-//     container (idempotent: "already gone" is success).
-//  3. RemoveSandbox: ONE fenced Txn deletes the sandbox record, its intent
-//     key and all its attach/ and release/ keys. It compares the record's ModRevision, the
-//     uid seen at step 1 (so a same-name replacement is never touched) and
-//     the leader key's create revision (so a deposed leader cannot write).
+//  2. Teardown, by the OWNER: the agent of the sandbox's node (NodeOf)
+//     removes the container (idempotent: "already gone" is success), then
+//     RecordTeardown puts torndown/<ws>/<name> = uid, comparing the intent
+//     key's value, so the record can only name the deletion in progress.
+//     No other node touches the container.
+//  3. RemoveSandbox, by the coordinator under the leader lease: ONE fenced
+//     Txn deletes the sandbox record, its intent key, its torndown record,
+//     its node slot and all its attach/ and release/ keys. It compares the
+//     record's ModRevision, the uid seen at step 1 (so a same-name
+//     replacement is never touched), the leader key's create revision (so
+//     a deposed leader cannot write), and the owner's proof (ownerProof):
+//       - the torndown record holds this uid; or
+//       - the owner is lost: its registry key is absent, and the leader
+//         recorded the loss (lost/<node>) at least the fence margin ago;
+//         by then a node cut off from etcd has frozen its containers
+//         (agent.freeze), because it cannot renew its lease either; or
+//       - the owner never registered (no nodeinfo/<node>), or the sandbox
+//         has no node: no container can exist.
+//     Otherwise RemoveSandbox returns *OwnerPending and writes nothing.
 //     A restart re-runs 2 and 3 for every DELETING record: the protocol
-//     resumes wherever it stopped.
+//     resumes wherever it stopped. A lost node that comes back removes the
+//     containers of sandboxes that are gone before it unfreezes the rest.
 //
 // Provider:
 //
@@ -34,8 +48,10 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -142,12 +158,44 @@ func (s *Store) mark(ctx context.Context, ws, name, uid string, start *cached[*s
 	})
 }
 
+// RecordTeardown is the owner's half of step 2: the agent of the node
+// that ran the sandbox's container has removed it. The record is written
+// only while the deletion of exactly this uid is pending; for a sandbox
+// already removed nothing is written and nil is returned.
+func (s *Store) RecordTeardown(ctx context.Context, ws, name, uid string) error {
+	_, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Value(s.k.intent(ws, name)), "=", uid)).
+		Then(clientv3.OpPut(s.k.torndown(ws, name), uid)).Commit()
+	if err != nil {
+		return etcdErr(ctx, err)
+	}
+	return nil
+}
+
+// OwnerPending is RemoveSandbox's answer while step 2 is not done: the
+// owning node is live and has not recorded its teardown, or it is lost and
+// its fence time has not passed (Wait is what remains of it, or 0 while the
+// leader has not yet recorded the loss).
+type OwnerPending struct {
+	Node string
+	Lost bool
+	Wait time.Duration
+}
+
+func (e *OwnerPending) Error() string {
+	if !e.Lost {
+		return fmt.Sprintf("waiting for node %q to remove the container", e.Node)
+	}
+	return fmt.Sprintf("node %q is lost: waiting %s for its fence time", e.Node, e.Wait.Round(time.Millisecond))
+}
+
 // RemoveSandbox is the last step of teardown: one fenced Txn that deletes
-// the record of the sandbox with the given uid, its deletion intent and
-// every attachment key it holds. A record that is already gone (or
-// replaced) is success, with revision 0; otherwise the revision is that of
-// the removing Txn.
-func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence *Fence) (int64, error) {
+// the record of the sandbox with the given uid, its deletion intent, its
+// teardown record, its node slot and every attachment key it holds, once
+// the owner's step is proven (see the top of this file; margin is the fence
+// margin after a lost node's recorded loss). A record that is already gone
+// (or replaced) is success, with revision 0; otherwise the revision is that
+// of the removing Txn. Without the proof it returns *OwnerPending.
+func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence *Fence, margin time.Duration) (int64, error) {
 	var rev int64
 	_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
 		committed: &rev,
@@ -165,12 +213,64 @@ func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence *
 			}
 			return nil, nil
 		},
-		related: s.sandboxRelated,
+		related: func(ctx context.Context, old, new *shoalv1.Sandbox) ([]clientv3.Cmp, []clientv3.Op, error) {
+			proof, err := s.ownerProof(ctx, old, margin)
+			if err != nil {
+				return nil, nil, err
+			}
+			cmps, ops, err := s.sandboxRelated(ctx, old, new)
+			return append(cmps, proof...), ops, err
+		},
 	})
 	if err == errGone {
 		return 0, nil
 	}
 	return rev, err
+}
+
+// ownerProof returns the compares that prove, at commit time, that the
+// container of sb is gone or its node fenced (step 3 above), or
+// *OwnerPending.
+func (s *Store) ownerProof(ctx context.Context, sb *shoalv1.Sandbox, margin time.Duration) ([]clientv3.Cmp, error) {
+	m := sb.GetMeta()
+	td := s.k.torndown(m.GetWorkspace(), m.GetName())
+	owner := NodeOf(sb)
+	ops := []clientv3.Op{clientv3.OpGet(td)}
+	if owner != "" {
+		ops = append(ops, clientv3.OpGet(s.k.node(owner), clientv3.WithKeysOnly()),
+			clientv3.OpGet(s.k.nodeInfo(owner), clientv3.WithKeysOnly()), clientv3.OpGet(s.k.lost(owner)))
+	}
+	resp, err := s.c.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, etcdErr(ctx, err)
+	}
+	r := resp.Responses
+	if kvs := r[0].GetResponseRange().GetKvs(); len(kvs) > 0 && string(kvs[0].Value) == m.GetUid() {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.Value(td), "=", m.GetUid())}, nil
+	}
+	if owner == "" {
+		return nil, nil // never placed: no container was ever made
+	}
+	live, info, lost := r[1].GetResponseRange().GetKvs(), r[2].GetResponseRange().GetKvs(), r[3].GetResponseRange().GetKvs()
+	nodeAbsent := clientv3.Compare(clientv3.CreateRevision(s.k.node(owner)), "=", 0)
+	switch {
+	case len(live) > 0:
+		return nil, &OwnerPending{Node: owner}
+	case len(info) == 0:
+		// A node the cluster never knew (or has forgotten, which it does
+		// only once no sandbox names it) ran no container.
+		return []clientv3.Cmp{nodeAbsent, clientv3.Compare(clientv3.CreateRevision(s.k.nodeInfo(owner)), "=", 0)}, nil
+	case len(lost) == 0:
+		return nil, &OwnerPending{Node: owner, Lost: true}
+	}
+	since, err := parseLost(lost[0].Value)
+	if err != nil {
+		return nil, shoal.DataLoss("node %q: loss record %q is unreadable: %v", owner, lost[0].Key, err)
+	}
+	if wait := since.Add(margin).Sub(s.now()); wait > 0 {
+		return nil, &OwnerPending{Node: owner, Lost: true, Wait: wait}
+	}
+	return []clientv3.Cmp{nodeAbsent, clientv3.Compare(clientv3.ModRevision(s.k.lost(owner)), "=", lost[0].ModRevision)}, nil
 }
 
 var errGone = shoal.NotFound("already removed")

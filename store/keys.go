@@ -29,6 +29,10 @@ func (k keys) release(ws, provider, sandbox string) string {
 // intent is the pending-deletion key of a sandbox (see deletion.go).
 func (k keys) intent(ws, name string) string { return k.prefix + "/deleting/" + ws + "/" + name }
 
+// torndown is the owning node's record that it removed the container of a
+// sandbox being deleted; its value is the sandbox's uid (see deletion.go).
+func (k keys) torndown(ws, name string) string { return k.prefix + "/torndown/" + ws + "/" + name }
+
 // clusterID holds the cluster's id; pageTokenSecret the key that signs page
 // tokens. Both are made once per cluster (cluster.go).
 func (k keys) clusterID() string       { return k.prefix + "/cluster/id" }
@@ -40,6 +44,8 @@ func (k keys) nodeInfo(id string) string     { return k.prefix + "/nodeinfo/" + 
 func (k keys) cordon(id string) string       { return k.prefix + "/cordon/" + id }
 func (k keys) placedPrefix(id string) string { return k.prefix + "/placed/" + id + "/" }
 func (k keys) placed(id, slot string) string { return k.placedPrefix(id) + slot }
+func (k keys) lost(id string) string         { return k.prefix + "/lost/" + id }
+func (k keys) forget(id string) string       { return k.prefix + "/forget/" + id }
 
 // Leader is the election prefix used by package lease.
 func (k keys) leader() string { return k.prefix + "/leader/" }

@@ -8,10 +8,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -64,7 +66,9 @@ func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3
 	for attempt := 0; ; attempt++ {
 		resp, err := s.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease)), clientv3.OpPut(info, string(val))).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease)), clientv3.OpPut(info, string(val)),
+				// Back: no longer lost, nor being forgotten (nodeloss.go).
+				clientv3.OpDelete(s.k.lost(n.Name)), clientv3.OpDelete(s.k.forget(n.Name))).
 			Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
 			return etcdErr(ctx, err)
@@ -124,13 +128,27 @@ func (s *Store) Nodes(ctx context.Context) ([]*shoalv1.Node, error) {
 		clientv3.OpGet(s.k.prefix+"/nodes/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.k.prefix+"/cordon/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.k.prefix+"/placed/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.k.prefix+"/lost/", clientv3.WithPrefix()),
 	).Commit()
 	if err != nil {
 		return nil, etcdErr(ctx, err)
 	}
 	r := resp.Responses
-	return nodesFrom(r[0].GetResponseRange().GetKvs(), r[1].GetResponseRange().GetKvs(),
-		r[2].GetResponseRange().GetKvs(), r[3].GetResponseRange().GetKvs(), s.k.prefix), nil
+	nodes := nodesFrom(r[0].GetResponseRange().GetKvs(), r[1].GetResponseRange().GetKvs(),
+		r[2].GetResponseRange().GetKvs(), r[3].GetResponseRange().GetKvs(), s.k.prefix)
+	lost := map[string]time.Time{}
+	for _, kv := range r[4].GetResponseRange().GetKvs() {
+		if t, err := parseLost(kv.Value); err == nil {
+			lost[lastSegment(string(kv.Key))] = t
+		}
+	}
+	for _, n := range nodes {
+		// A NotReady node was last seen when its lease ran out.
+		if t, ok := lost[n.Name]; ok && !n.Status.Ready {
+			n.Status.LastSeen = timestamppb.New(t)
+		}
+	}
+	return nodes, nil
 }
 
 // GetNode returns one node.

@@ -67,7 +67,10 @@ func TestPlacementSpreadsAndRegistryIsUnique(t *testing.T) {
 	if _, err := s.MarkSandboxDeleting(ctx, "default", "s00", store.Preconditions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RemoveSandbox(ctx, "default", "s00", sb.Meta.Uid, nil); err != nil {
+	if err := s.RecordTeardown(ctx, "default", "s00", sb.Meta.Uid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RemoveSandbox(ctx, "default", "s00", sb.Meta.Uid, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	if after := placed(t, s)[sb.Spec.Node]; after != before-1 {
@@ -129,7 +132,10 @@ func TestPlacementCapacityCordonSelector(t *testing.T) {
 		if _, err := s.MarkSandboxDeleting(ctx, "default", victim.Meta.Name, store.Preconditions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.RemoveSandbox(ctx, "default", victim.Meta.Name, victim.Meta.Uid, nil); err != nil {
+		if err := s.RecordTeardown(ctx, "default", victim.Meta.Name, victim.Meta.Uid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RemoveSandbox(ctx, "default", victim.Meta.Name, victim.Meta.Uid, nil, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -230,7 +230,7 @@ func (s *Store) sandboxRelated(ctx context.Context, old, new *shoalv1.Sandbox) (
 	if old == nil || new == nil {
 		// Created, or removed: a deletion intent left by an earlier
 		// incarnation (or this one's) goes too.
-		ops = append(ops, clientv3.OpDelete(s.k.intent(ws, name)))
+		ops = append(ops, clientv3.OpDelete(s.k.intent(ws, name)), clientv3.OpDelete(s.k.torndown(ws, name)))
 	}
 	if new == nil && old != nil {
 		// Removed: its node slot is free again.

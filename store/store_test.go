@@ -239,7 +239,7 @@ func TestProviderDeleteRefusedWhileAttached(t *testing.T) {
 	if err != nil || gone {
 		t.Fatalf("finalize with a holder: gone=%v err=%v", gone, err)
 	}
-	if _, err := s.RemoveSandbox(ctx, "default", "a", sb.Meta.Uid, nil); err != nil {
+	if _, err := s.RemoveSandbox(ctx, "default", "a", sb.Meta.Uid, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	gone, _, err = s.FinalizeProvider(ctx, "default", "p", nil)
@@ -285,7 +285,7 @@ func TestStaleUIDDeleteSparesReplacement(t *testing.T) {
 	if _, err := s.MarkSandboxDeleting(ctx, "default", "a", store.Preconditions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RemoveSandbox(ctx, "default", "a", old.Meta.Uid, nil); err != nil {
+	if _, err := s.RemoveSandbox(ctx, "default", "a", old.Meta.Uid, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	repl, err := s.CreateSandbox(ctx, sandbox("a"))
@@ -295,7 +295,7 @@ func TestStaleUIDDeleteSparesReplacement(t *testing.T) {
 	_, err = s.MarkSandboxDeleting(ctx, "default", "a", store.Preconditions{UID: old.Meta.Uid})
 	mustKind(t, err, shoal.KindConflict)
 	// The coordinator's removal with the old uid is a no-op too.
-	if _, err := s.RemoveSandbox(ctx, "default", "a", old.Meta.Uid, nil); err != nil {
+	if _, err := s.RemoveSandbox(ctx, "default", "a", old.Meta.Uid, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.GetSandbox(ctx, "default", "a")
@@ -316,7 +316,7 @@ func TestFencedWriteRefused(t *testing.T) {
 	fence := &store.Fence{Key: "/shoal/leader/x", Revision: put.Header.Revision}
 	c.Delete(ctx, "/shoal/leader/x")
 	c.Put(ctx, "/shoal/leader/x", "someone else")
-	_, err = s.RemoveSandbox(ctx, "default", "a", sb.Meta.Uid, fence)
+	_, err = s.RemoveSandbox(ctx, "default", "a", sb.Meta.Uid, fence, 0)
 	if !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("fenced write: %v, want ErrFenced", err)
 	}

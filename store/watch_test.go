@@ -35,7 +35,7 @@ func TestWatchResumesFromResourceVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RemoveSandbox(ctx, "default", "w", created.Meta.Uid, nil); err != nil {
+	if _, err := s.RemoveSandbox(ctx, "default", "w", created.Meta.Uid, nil, 0); err != nil {
 		t.Fatal(err)
 	}
 	// Resume after the create: the label change, the mark, the removal.

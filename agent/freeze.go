@@ -1,0 +1,190 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/store"
+	"shoal/workqueue"
+)
+
+// Self-fencing.
+//
+// A node that cannot renew its liveness lease within its TTL freezes (docker
+// pause) every container it runs, and keeps them frozen until it holds a
+// lease again. Meanwhile the leader may have found the node lost and, once
+// the fence margin passed, completed deletions without it (store/deletion.go);
+// so a cut-off host runs sandboxes unobserved for at most its TTL, and a
+// sandbox deleted elsewhere never runs its agent, with its credentials, on.
+//
+// When the node holds a lease again (the same one, after a short cut, or a
+// new registration) it rejoins: it removes at once the containers whose
+// sandboxes are gone or being deleted, thaws the ones it froze, and queues
+// every sandbox so that status (UNKNOWN while it was lost) is observed again.
+// A node process that was stopped (SIGSTOP) and resumed finds its lease
+// stale by the clock before anything else: reconcile acts only while the
+// lease is held, and the next check freezes.
+
+// checkLease runs on every LeaseCheck tick of Start's loop.
+func (a *Agent) checkLease(ctx context.Context, q *workqueue.Queue[item]) {
+	held, gen := a.cfg.Lease.State()
+	if time.Now().Before(a.retryAt) {
+		return
+	}
+	a.retryAt = time.Now().Add(time.Second) // after a failure; cleared on success
+	switch {
+	case !held && !a.frozen:
+		if err := a.freeze(ctx); err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("freeze: some containers could not be paused; trying again", "err", err)
+			}
+			return
+		}
+		a.frozen = true
+	case held && (a.frozen || gen != a.gen):
+		if err := a.rejoin(ctx, q); err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("rejoin failed; trying again", "err", err)
+			}
+			return
+		}
+		a.frozen, a.gen = false, gen
+	}
+	a.retryAt = time.Time{}
+}
+
+// freeze pauses every running container of this node, recording each in
+// FrozenFile first.
+func (a *Agent) freeze(ctx context.Context) error {
+	cs, err := a.cfg.Runtime.List(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	n := 0
+	for _, c := range cs {
+		if c.State != "running" {
+			continue // paused by someone else, or not running: not ours to thaw
+		}
+		a.paused[c.ID] = true
+		if err := a.saveFrozen(); err != nil {
+			return err
+		}
+		if err := a.cfg.Runtime.Pause(ctx, c.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		n++
+	}
+	a.log.Warn("node does not hold its lease: froze its containers until it does", "paused", n)
+	return errors.Join(errs...)
+}
+
+// rejoin reconciles the containers with the records after the node held no
+// lease, or registered anew (which includes its first start): containers of
+// sandboxes that are gone, replaced or being deleted go at once, without the
+// orphan grace; the ones freeze paused are thawed; every sandbox is queued.
+// Containers are listed before records, as in resync.
+func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
+	cs, err := a.cfg.Runtime.List(ctx)
+	if err != nil {
+		return err
+	}
+	page, err := a.cfg.Store.ListSandboxes(ctx, "", store.ListOptions{}, func(sb *shoalv1.Sandbox) bool {
+		return store.NodeOf(sb) == a.cfg.Node
+	})
+	if err != nil {
+		return err
+	}
+	if len(page.Warnings) > 0 {
+		// A corrupt record may be one of these containers' sandbox: remove
+		// nothing on the strength of an incomplete list.
+		return shoal.DataLoss("sandbox list incomplete: %s", strings.Join(page.Warnings, "; "))
+	}
+	live := map[string]bool{}
+	for _, sb := range page.Items {
+		if sb.Meta.DeletionTimestamp == nil {
+			live[sb.Meta.Uid] = true
+		}
+		q.Add(item{sb.Meta.Workspace, sb.Meta.Name})
+	}
+	removed, thawed := 0, 0
+	var errs []error
+	for _, c := range cs {
+		switch {
+		case !live[c.UID]:
+			if err := a.cfg.Runtime.RemoveContainer(ctx, c.ID); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			removed++
+		case a.paused[c.ID]:
+			if err := a.cfg.Runtime.Unpause(ctx, c.ID); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			thawed++
+		}
+		delete(a.paused, c.ID)
+	}
+	if err := errors.Join(errs...); err != nil {
+		_ = a.saveFrozen()
+		return err
+	}
+	clear(a.paused) // the rest are gone
+	if err := a.saveFrozen(); err != nil {
+		return err
+	}
+	if removed+thawed > 0 || a.frozen {
+		a.log.Info("node holds its lease: reconciled its containers", "removed", removed, "thawed", thawed)
+	}
+	return nil
+}
+
+// loadFrozen reads FrozenFile, which an earlier process may have left; a
+// missing file is an empty set.
+func loadFrozen(path string) map[string]bool {
+	out := map[string]bool{}
+	if path == "" {
+		return out
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return out
+	}
+	for _, id := range strings.Fields(string(b)) {
+		out[id] = true
+	}
+	return out
+}
+
+// saveFrozen replaces FrozenFile with the frozen set, atomically (an empty
+// set removes it).
+func (a *Agent) saveFrozen() error {
+	ids := a.paused
+	if a.cfg.FrozenFile == "" {
+		return nil
+	}
+	if len(ids) == 0 {
+		if err := os.Remove(a.cfg.FrozenFile); err != nil && !os.IsNotExist(err) {
+			return err
+		}
+		return nil
+	}
+	var b strings.Builder
+	for id := range ids {
+		b.WriteString(id)
+		b.WriteByte('\n')
+	}
+	tmp := filepath.Join(filepath.Dir(a.cfg.FrozenFile), "."+filepath.Base(a.cfg.FrozenFile)+".tmp")
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, a.cfg.FrozenFile)
+}

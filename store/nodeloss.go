@@ -1,0 +1,230 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+)
+
+// Losing a node, and forgetting one.
+//
+//	<prefix>/lost/<id>     the time the leader saw the node's lease expire
+//	<prefix>/forget/<id>   `shoal node remove` asked for the node to be forgotten
+//
+// The leader writes lost/<id> (fenced) when the node's registry key is gone
+// but its info key remains, and gives each of the node's sandboxes phase
+// UNKNOWN with condition NodeLost. A deletion of such a sandbox completes
+// once lost/<id> is older than the fence margin (deletion.go: ownerProof).
+// RegisterNode deletes both keys in its own Txn: a node that is back is
+// neither lost nor being forgotten, and every proof that relied on its
+// absence fails its compare from then on.
+
+// ConditionNodeLost is the sandbox condition the leader sets when the
+// sandbox's node lost its lease.
+const ConditionNodeLost = "NodeLost"
+
+func lostValue(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func parseLost(v []byte) (time.Time, error) { return time.Parse(time.RFC3339Nano, string(v)) }
+
+// MarkNodeLost records that a known node's registry key is gone, unless
+// that is recorded already, in one fenced Txn comparing the registry key
+// absent. It returns when the loss was recorded, or the zero time if the
+// node is live again (or unknown).
+func (s *Store) MarkNodeLost(ctx context.Context, id string, fence *Fence) (time.Time, error) {
+	key, info, lost := s.k.node(id), s.k.nodeInfo(id), s.k.lost(id)
+	now := s.now()
+	resp, err := s.c.Txn(ctx).If(fenced(fence,
+		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(info), ">", 0),
+		clientv3.Compare(clientv3.CreateRevision(lost), "=", 0),
+	)...).Then(clientv3.OpPut(lost, lostValue(now))).
+		Else(clientv3.OpGet(lost), clientv3.OpGet(key, clientv3.WithKeysOnly()), clientv3.OpGet(info, clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return time.Time{}, etcdErr(ctx, err)
+	}
+	if resp.Succeeded {
+		s.log.Warn("node lost its lease", "node", id)
+		return now, nil
+	}
+	r := resp.Responses
+	if len(r[1].GetResponseRange().GetKvs()) > 0 || len(r[2].GetResponseRange().GetKvs()) == 0 {
+		return time.Time{}, nil
+	}
+	if kvs := r[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		since, err := parseLost(kvs[0].Value)
+		if err != nil {
+			return time.Time{}, shoal.DataLoss("node %q: loss record is unreadable: %v", id, err)
+		}
+		return since, nil
+	}
+	return time.Time{}, ErrFenced // only the fence compare can have failed
+}
+
+// LostNodes returns every recorded loss, by node id.
+func (s *Store) LostNodes(ctx context.Context) (map[string]time.Time, error) {
+	resp, err := s.c.Get(ctx, s.k.prefix+"/lost/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, etcdErr(ctx, err)
+	}
+	out := make(map[string]time.Time, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if t, err := parseLost(kv.Value); err == nil {
+			out[lastSegment(string(kv.Key))] = t
+		}
+	}
+	return out, nil
+}
+
+// MarkSandboxesUnknown gives every live sandbox of a lost node phase
+// UNKNOWN and condition NodeLost. Each write is fenced and compares the
+// node's registry key absent, so it never lands after the node is back.
+// It returns how many sandboxes it changed.
+func (s *Store) MarkSandboxesUnknown(ctx context.Context, id string, since time.Time, fence *Fence) (int, error) {
+	page, err := s.ListSandboxes(ctx, "", ListOptions{}, func(sb *shoalv1.Sandbox) bool {
+		return NodeOf(sb) == id && sb.GetMeta().GetDeletionTimestamp() == nil &&
+			sb.GetStatus().GetPhase() != shoalv1.SandboxPhase_UNKNOWN
+	})
+	if err != nil {
+		return 0, err
+	}
+	msg := fmt.Sprintf("node %s lost its lease at %s; the sandbox's state is unknown until the node is back",
+		id, since.UTC().Format(time.RFC3339))
+	nodeAbsent := clientv3.Compare(clientv3.CreateRevision(s.k.node(id)), "=", 0)
+	n := 0
+	for _, sb := range page.Items {
+		ws, name, uid := sb.Meta.Workspace, sb.Meta.Name, sb.Meta.Uid
+		_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
+			codec:  sandboxCodec,
+			key:    s.k.sandbox(ws, name),
+			intent: s.k.intent(ws, name),
+			fence:  fence,
+			pre:    Preconditions{UID: uid},
+			mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
+				if cur == nil || cur.GetMeta().GetDeletionTimestamp() != nil || NodeOf(cur) != id {
+					return nil, errGone
+				}
+				if cur.Status == nil {
+					cur.Status = &shoalv1.SandboxStatus{}
+				}
+				cur.Status.Phase = shoalv1.SandboxPhase_UNKNOWN
+				cur.Status.Message = msg
+				SetCondition(cur.Status, ConditionNodeLost, "True", "LeaseExpired", msg)
+				return cur, nil
+			},
+			related: func(ctx context.Context, old, new *shoalv1.Sandbox) ([]clientv3.Cmp, []clientv3.Op, error) {
+				// Read on every attempt: a node that is back ends the loop
+				// rather than failing its compare for ever.
+				resp, err := s.c.Get(ctx, s.k.node(id), clientv3.WithKeysOnly())
+				if err != nil {
+					return nil, nil, etcdErr(ctx, err)
+				}
+				if len(resp.Kvs) > 0 {
+					return nil, nil, errGone
+				}
+				cmps, ops, err := s.sandboxRelated(ctx, old, new)
+				return append(cmps, nodeAbsent), ops, err
+			},
+		})
+		switch {
+		case err == nil:
+			n++
+		case err == errGone:
+		case shoal.KindOf(err) == shoal.KindFailedPrecondition, shoal.KindOf(err) == shoal.KindNotFound,
+			shoal.KindOf(err) == shoal.KindConflict, shoal.KindOf(err) == shoal.KindDataLoss:
+			// being deleted, gone, replaced or unreadable: nothing to mark
+		default:
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// SetCondition sets a condition, moving its transition time only when its
+// status changes.
+func SetCondition(st *shoalv1.SandboxStatus, typ, status, reason, msg string) {
+	for _, c := range st.Conditions {
+		if c.Type == typ {
+			if c.Status != status {
+				c.LastTransitionTime = timestamppb.Now()
+			}
+			c.Status, c.Reason, c.Message = status, reason, msg
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, &shoalv1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: timestamppb.Now()})
+}
+
+// ForgetNode starts forgetting a NotReady node (`shoal node remove`): it
+// records the request, comparing the node's registry key absent. The caller
+// then deletes the node's sandboxes; the leader removes the node's keys
+// once none is left (CompleteForget). A Ready node is refused.
+func (s *Store) ForgetNode(ctx context.Context, id string) error {
+	key, info := s.k.node(id), s.k.nodeInfo(id)
+	resp, err := s.c.Txn(ctx).If(
+		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(info), ">", 0),
+	).Then(clientv3.OpPut(s.k.forget(id), lostValue(s.now()))).
+		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return etcdErr(ctx, err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	if len(resp.Responses[0].GetResponseRange().GetKvs()) > 0 {
+		return shoal.FailedPrecondition("node %q is Ready: only a NotReady node can be removed; stop it first, or drain it with `shoal node drain %s --delete`", id, id)
+	}
+	return shoal.NotFound("node %q not found; `shoal node list` shows the known nodes", id)
+}
+
+// Forgetting returns the ids of the nodes `shoal node remove` was asked to
+// forget.
+func (s *Store) Forgetting(ctx context.Context) ([]string, error) {
+	return s.keyNames(ctx, s.k.prefix+"/forget/")
+}
+
+// CompleteForget removes a node being forgotten from the registry once no
+// sandbox names it: one fenced Txn deletes its info, cordon, loss and
+// forget keys, comparing its registry key absent and its info key as read
+// (a node that registered again meanwhile is not forgotten). It reports
+// whether the node is gone and, if not, how many sandboxes still name it.
+func (s *Store) CompleteForget(ctx context.Context, id string, fence *Fence) (bool, int, error) {
+	info := s.k.nodeInfo(id)
+	resp, err := s.c.Get(ctx, info, clientv3.WithKeysOnly())
+	if err != nil {
+		return false, 0, etcdErr(ctx, err)
+	}
+	var infoRev int64
+	if len(resp.Kvs) > 0 {
+		infoRev = resp.Kvs[0].ModRevision
+	}
+	page, err := s.ListSandboxes(ctx, "", ListOptions{}, func(sb *shoalv1.Sandbox) bool { return NodeOf(sb) == id })
+	if err != nil {
+		return false, 0, err
+	}
+	if n := len(page.Items); n > 0 {
+		return false, n, nil
+	}
+	tx, err := s.c.Txn(ctx).If(fenced(fence,
+		clientv3.Compare(clientv3.CreateRevision(s.k.node(id)), "=", 0),
+		clientv3.Compare(clientv3.ModRevision(info), "=", infoRev),
+		clientv3.Compare(clientv3.CreateRevision(s.k.forget(id)), ">", 0),
+	)...).Then(
+		clientv3.OpDelete(info), clientv3.OpDelete(s.k.cordon(id)), clientv3.OpDelete(s.k.lost(id)),
+		clientv3.OpDelete(s.k.forget(id)), clientv3.OpDelete(s.k.placedPrefix(id), clientv3.WithPrefix()),
+	).Commit()
+	if err != nil {
+		return false, 0, etcdErr(ctx, err)
+	}
+	if tx.Succeeded {
+		s.log.Info("node forgotten", "node", id)
+	}
+	return tx.Succeeded, 0, nil
+}
