@@ -35,9 +35,9 @@ import (
 
 // The Docker runtime serves every part that needs an engine.
 var (
-	_ agent.Runtime       = (*docker.Runtime)(nil)
-	_ apiserver.Runtime   = (*docker.Runtime)(nil)
-	_ apiserver.Engine    = (*docker.Runtime)(nil)
+	_ agent.Runtime     = (*docker.Runtime)(nil)
+	_ apiserver.Runtime = (*docker.Runtime)(nil)
+	_ apiserver.Engine  = (*docker.Runtime)(nil)
 )
 
 // Node is one shoal server.
