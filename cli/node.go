@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -15,8 +16,8 @@ func (a *app) nodeCmd() *cli.Command {
 	def := node.DefaultConfig()
 	return &cli.Command{
 		Name:  "node",
-		Usage: "run a shoal node, and list and cordon the cluster's nodes",
-		Subcommands: []*cli.Command{a.nodeList(), a.nodeGet(), a.nodeCordon(true), a.nodeCordon(false), {
+		Usage: "run a shoal node, and list, cordon, drain and remove the cluster's nodes",
+		Subcommands: []*cli.Command{a.nodeList(), a.nodeGet(), a.nodeCordon(true), a.nodeCordon(false), a.nodeDrain(), a.nodeRemove(), {
 			Name:  "start",
 			Usage: "run a node in the foreground",
 			Description: `Runs the API, the coordinator (when this node leads) and the Docker agent.
@@ -197,6 +198,95 @@ func (a *app) nodeCordon(cordon bool) *cli.Command {
 				return err
 			}
 			return a.out.node(n)
+		},
+	}
+}
+
+func (a *app) nodeDrain() *cli.Command {
+	return &cli.Command{
+		Name:      "drain",
+		Usage:     "cordon a node and wait until it holds no sandboxes",
+		ArgsUsage: "NAME",
+		Description: `Cordons the node (no new sandboxes are placed on it), then waits until no
+sandbox is on it. Without --delete something else must delete them (sandboxes
+are never moved: they hold local state); with --delete drain requests the
+deletion of each. A sandbox of a NotReady node is deleted once the node's
+fence time has passed. Exits 5 if --timeout passes first, naming what is left.`,
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "delete", Usage: "delete the node's sandboxes"},
+			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up waiting after `DURATION`"},
+		},
+		Action: func(c *cli.Context) error {
+			api, err := a.clusterArgs(c, 1, "NAME")
+			if err != nil {
+				return err
+			}
+			name := c.Args().First()
+			ctx, cancel := a.timeoutCtx(c)
+			defer cancel()
+			stop := a.progress(fmt.Sprintf("draining node %s", name))
+			resp, err := api.DrainNode(ctx, &shoalv1.DrainNodeRequest{Name: name, Delete: c.Bool("delete")})
+			tick := time.NewTicker(500 * time.Millisecond)
+			defer tick.Stop()
+			for err == nil && len(resp.Sandboxes) > 0 {
+				select {
+				case <-ctx.Done():
+					err = ctx.Err()
+				case <-tick.C:
+					resp, err = api.DrainNode(ctx, &shoalv1.DrainNodeRequest{Name: name})
+				}
+			}
+			stop("")
+			if err != nil {
+				if ctx.Err() != nil && c.Context.Err() == nil && resp != nil {
+					hint := "delete them, or drain with --delete"
+					if c.Bool("delete") {
+						hint = "their deletion is under way; `shoal sandbox get` shows each one's phase"
+					}
+					return &exitError{code: ExitUnavailable, msg: fmt.Sprintf("node %s still holds %d sandbox(es) after %s: %s; %s",
+						name, len(resp.Sandboxes), c.Duration("timeout"), list(resp.Sandboxes), hint)}
+				}
+				return err
+			}
+			if a.out.format == formatJSON || a.out.format == formatYAML {
+				return a.out.object(resp)
+			}
+			fmt.Fprintf(a.stdout, "node %s drained\n", name)
+			return nil
+		},
+	}
+}
+
+func (a *app) nodeRemove() *cli.Command {
+	return &cli.Command{
+		Name:      "remove",
+		Usage:     "forget a NotReady node, deleting its sandboxes",
+		ArgsUsage: "NAME",
+		Description: `Forgets a node that is NotReady (its liveness lease expired: the host is dead
+or gone). Its sandboxes are deleted once the node's fence time (lease expiry
+plus the leader's --fence-margin) has passed, and the node leaves ` + "`node list`" + `
+when none is left. A Ready node is refused: stop it first, or drain it. If the
+node comes back before that, it is kept and removes those sandboxes' containers
+itself.`,
+		Action: func(c *cli.Context) error {
+			api, err := a.clusterArgs(c, 1, "NAME")
+			if err != nil {
+				return err
+			}
+			name := c.Args().First()
+			resp, err := api.RemoveNode(c.Context, &shoalv1.RemoveNodeRequest{Name: name})
+			if err != nil {
+				return err
+			}
+			if a.out.format == formatJSON || a.out.format == formatYAML {
+				return a.out.object(resp)
+			}
+			if len(resp.Sandboxes) == 0 {
+				fmt.Fprintf(a.stdout, "node %s removed\n", name)
+			} else {
+				fmt.Fprintf(a.stdout, "node %s removing: deleting %d sandbox(es): %s\n", name, len(resp.Sandboxes), list(resp.Sandboxes))
+			}
+			return nil
 		},
 	}
 }

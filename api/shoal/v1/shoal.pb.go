@@ -2608,7 +2608,7 @@ func (x *RemoveNodeRequest) GetName() string {
 
 type RemoveNodeResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Sandboxes of the node whose deletion was requested.
+	// Sandboxes of the node whose deletion was requested, as "workspace/name".
 	Sandboxes     []string `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2651,6 +2651,112 @@ func (x *RemoveNodeResponse) GetSandboxes() []string {
 	return nil
 }
 
+type DrainNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Request the deletion of every sandbox on the node.
+	Delete        bool `protobuf:"varint,2,opt,name=delete,proto3" json:"delete,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *DrainNodeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DrainNodeRequest) GetDelete() bool {
+	if x != nil {
+		return x.Delete
+	}
+	return false
+}
+
+type DrainNodeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// Sandboxes still on the node (being deleted or not), as "workspace/name".
+	Sandboxes     []string `protobuf:"bytes,2,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeResponse) Reset() {
+	*x = DrainNodeResponse{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeResponse) ProtoMessage() {}
+
+func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
+func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *DrainNodeResponse) GetNode() *Node {
+	if x != nil {
+		return x.Node
+	}
+	return nil
+}
+
+func (x *DrainNodeResponse) GetSandboxes() []string {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
 type ClusterStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2659,7 +2765,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2777,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2790,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{38}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{40}
 }
 
 type Member struct {
@@ -2708,7 +2814,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2826,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2839,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{39}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Member) GetName() string {
@@ -2828,7 +2934,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2840,7 +2946,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2853,7 +2959,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{40}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ClusterStatus) GetMembers() []*Member {
@@ -2899,7 +3005,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2911,7 +3017,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +3030,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{41}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{43}
 }
 
 type ListMembersResponse struct {
@@ -2936,7 +3042,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2948,7 +3054,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2961,7 +3067,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{42}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -2983,7 +3089,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3101,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3114,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{43}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *AddMemberRequest) GetName() string {
@@ -3043,7 +3149,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3161,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3174,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{44}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -3095,7 +3201,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3213,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3226,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{45}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RemoveMemberRequest) GetName() string {
@@ -3139,7 +3245,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3257,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3270,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{46}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PromoteMemberRequest) GetName() string {
@@ -3182,7 +3288,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3194,7 +3300,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3207,7 +3313,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{47}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{49}
 }
 
 type SnapshotChunk struct {
@@ -3219,7 +3325,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3337,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3350,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{48}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -3462,7 +3568,13 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x11RemoveNodeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"2\n" +
 	"\x12RemoveNodeResponse\x12\x1c\n" +
-	"\tsandboxes\x18\x01 \x03(\tR\tsandboxes\"\x16\n" +
+	"\tsandboxes\x18\x01 \x03(\tR\tsandboxes\">\n" +
+	"\x10DrainNodeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06delete\x18\x02 \x01(\bR\x06delete\"U\n" +
+	"\x11DrainNodeResponse\x12\"\n" +
+	"\x04node\x18\x01 \x01(\v2\x0e.shoal.v1.NodeR\x04node\x12\x1c\n" +
+	"\tsandboxes\x18\x02 \x03(\tR\tsandboxes\"\x16\n" +
 	"\x14ClusterStatusRequest\"\xa1\x02\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
@@ -3545,14 +3657,15 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\vGetProvider\x12\x1c.shoal.v1.GetProviderRequest\x1a\x12.shoal.v1.Provider\x12P\n" +
 	"\rListProviders\x12\x1e.shoal.v1.ListProvidersRequest\x1a\x1f.shoal.v1.ListProvidersResponse\x12E\n" +
 	"\x0eUpdateProvider\x12\x1f.shoal.v1.UpdateProviderRequest\x1a\x12.shoal.v1.Provider\x12S\n" +
-	"\x0eDeleteProvider\x12\x1f.shoal.v1.DeleteProviderRequest\x1a .shoal.v1.DeleteProviderResponse2\xbd\x05\n" +
+	"\x0eDeleteProvider\x12\x1f.shoal.v1.DeleteProviderRequest\x1a .shoal.v1.DeleteProviderResponse2\x83\x06\n" +
 	"\aCluster\x12D\n" +
 	"\tListNodes\x12\x1a.shoal.v1.ListNodesRequest\x1a\x1b.shoal.v1.ListNodesResponse\x123\n" +
 	"\aGetNode\x12\x18.shoal.v1.GetNodeRequest\x1a\x0e.shoal.v1.Node\x129\n" +
 	"\n" +
 	"CordonNode\x12\x1b.shoal.v1.CordonNodeRequest\x1a\x0e.shoal.v1.Node\x12G\n" +
 	"\n" +
-	"RemoveNode\x12\x1b.shoal.v1.RemoveNodeRequest\x1a\x1c.shoal.v1.RemoveNodeResponse\x12A\n" +
+	"RemoveNode\x12\x1b.shoal.v1.RemoveNodeRequest\x1a\x1c.shoal.v1.RemoveNodeResponse\x12D\n" +
+	"\tDrainNode\x12\x1a.shoal.v1.DrainNodeRequest\x1a\x1b.shoal.v1.DrainNodeResponse\x12A\n" +
 	"\x06Status\x12\x1e.shoal.v1.ClusterStatusRequest\x1a\x17.shoal.v1.ClusterStatus\x12J\n" +
 	"\vListMembers\x12\x1c.shoal.v1.ListMembersRequest\x1a\x1d.shoal.v1.ListMembersResponse\x12D\n" +
 	"\tAddMember\x12\x1a.shoal.v1.AddMemberRequest\x1a\x1b.shoal.v1.AddMemberResponse\x12L\n" +
@@ -3573,7 +3686,7 @@ func file_shoal_v1_shoal_proto_rawDescGZIP() []byte {
 }
 
 var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_shoal_v1_shoal_proto_goTypes = []any{
 	(SandboxPhase)(0),              // 0: shoal.v1.SandboxPhase
 	(ProviderType)(0),              // 1: shoal.v1.ProviderType
@@ -3616,37 +3729,39 @@ var file_shoal_v1_shoal_proto_goTypes = []any{
 	(*CordonNodeRequest)(nil),      // 38: shoal.v1.CordonNodeRequest
 	(*RemoveNodeRequest)(nil),      // 39: shoal.v1.RemoveNodeRequest
 	(*RemoveNodeResponse)(nil),     // 40: shoal.v1.RemoveNodeResponse
-	(*ClusterStatusRequest)(nil),   // 41: shoal.v1.ClusterStatusRequest
-	(*Member)(nil),                 // 42: shoal.v1.Member
-	(*ClusterStatus)(nil),          // 43: shoal.v1.ClusterStatus
-	(*ListMembersRequest)(nil),     // 44: shoal.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),    // 45: shoal.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),       // 46: shoal.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 47: shoal.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),    // 48: shoal.v1.RemoveMemberRequest
-	(*PromoteMemberRequest)(nil),   // 49: shoal.v1.PromoteMemberRequest
-	(*SnapshotRequest)(nil),        // 50: shoal.v1.SnapshotRequest
-	(*SnapshotChunk)(nil),          // 51: shoal.v1.SnapshotChunk
-	nil,                            // 52: shoal.v1.ObjectMeta.LabelsEntry
-	nil,                            // 53: shoal.v1.ObjectMeta.AnnotationsEntry
-	nil,                            // 54: shoal.v1.SandboxSpec.EnvEntry
-	nil,                            // 55: shoal.v1.SandboxSpec.NodeSelectorEntry
-	nil,                            // 56: shoal.v1.Provider.CredentialsEntry
-	nil,                            // 57: shoal.v1.Provider.ConfigEntry
-	nil,                            // 58: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	nil,                            // 59: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	nil,                            // 60: shoal.v1.Node.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 61: google.protobuf.Timestamp
+	(*DrainNodeRequest)(nil),       // 41: shoal.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),      // 42: shoal.v1.DrainNodeResponse
+	(*ClusterStatusRequest)(nil),   // 43: shoal.v1.ClusterStatusRequest
+	(*Member)(nil),                 // 44: shoal.v1.Member
+	(*ClusterStatus)(nil),          // 45: shoal.v1.ClusterStatus
+	(*ListMembersRequest)(nil),     // 46: shoal.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),    // 47: shoal.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),       // 48: shoal.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),      // 49: shoal.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),    // 50: shoal.v1.RemoveMemberRequest
+	(*PromoteMemberRequest)(nil),   // 51: shoal.v1.PromoteMemberRequest
+	(*SnapshotRequest)(nil),        // 52: shoal.v1.SnapshotRequest
+	(*SnapshotChunk)(nil),          // 53: shoal.v1.SnapshotChunk
+	nil,                            // 54: shoal.v1.ObjectMeta.LabelsEntry
+	nil,                            // 55: shoal.v1.ObjectMeta.AnnotationsEntry
+	nil,                            // 56: shoal.v1.SandboxSpec.EnvEntry
+	nil,                            // 57: shoal.v1.SandboxSpec.NodeSelectorEntry
+	nil,                            // 58: shoal.v1.Provider.CredentialsEntry
+	nil,                            // 59: shoal.v1.Provider.ConfigEntry
+	nil,                            // 60: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	nil,                            // 61: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	nil,                            // 62: shoal.v1.Node.LabelsEntry
+	(*timestamppb.Timestamp)(nil),  // 63: google.protobuf.Timestamp
 }
 var file_shoal_v1_shoal_proto_depIdxs = []int32{
-	52, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
-	53, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
-	61, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
-	61, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	54, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
+	54, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
+	55, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
+	63, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
+	63, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	56, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
 	4,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
-	55, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
-	61, // 7: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	57, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
+	63, // 7: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	0,  // 8: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
 	6,  // 9: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
 	3,  // 10: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
@@ -3654,12 +3769,12 @@ var file_shoal_v1_shoal_proto_depIdxs = []int32{
 	7,  // 12: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
 	3,  // 13: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
 	1,  // 14: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
-	56, // 15: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
-	57, // 16: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
+	58, // 15: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
+	59, // 16: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
 	8,  // 17: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
 	8,  // 18: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
-	58, // 19: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	59, // 20: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	60, // 19: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	61, // 20: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
 	10, // 21: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
 	8,  // 22: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
 	2,  // 23: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
@@ -3669,70 +3784,73 @@ var file_shoal_v1_shoal_proto_depIdxs = []int32{
 	9,  // 27: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
 	10, // 28: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
 	9,  // 29: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
-	60, // 30: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
-	61, // 31: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
+	62, // 30: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
+	63, // 31: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
 	34, // 32: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
-	61, // 33: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	63, // 33: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
 	33, // 34: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
-	42, // 35: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
-	61, // 36: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
-	42, // 37: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
-	42, // 38: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
-	11, // 39: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
-	12, // 40: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
-	13, // 41: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
-	15, // 42: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
-	16, // 43: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
-	18, // 44: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
-	20, // 45: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
-	22, // 46: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
-	24, // 47: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
-	25, // 48: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
-	26, // 49: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
-	27, // 50: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
-	28, // 51: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
-	30, // 52: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
-	31, // 53: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
-	35, // 54: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
-	37, // 55: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
-	38, // 56: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
-	39, // 57: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
-	41, // 58: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
-	44, // 59: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
-	46, // 60: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
-	48, // 61: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
-	49, // 62: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
-	50, // 63: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
-	8,  // 64: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
-	8,  // 65: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
-	14, // 66: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
-	8,  // 67: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
-	17, // 68: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
-	19, // 69: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	21, // 70: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
-	23, // 71: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
-	8,  // 72: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
-	8,  // 73: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
-	9,  // 74: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
-	9,  // 75: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
-	29, // 76: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
-	9,  // 77: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
-	32, // 78: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
-	36, // 79: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
-	33, // 80: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
-	33, // 81: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
-	40, // 82: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
-	43, // 83: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
-	45, // 84: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
-	47, // 85: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
-	45, // 86: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
-	45, // 87: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
-	51, // 88: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
-	64, // [64:89] is the sub-list for method output_type
-	39, // [39:64] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	33, // 35: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
+	44, // 36: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
+	63, // 37: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
+	44, // 38: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
+	44, // 39: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
+	11, // 40: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
+	12, // 41: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
+	13, // 42: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
+	15, // 43: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
+	16, // 44: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
+	18, // 45: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
+	20, // 46: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
+	22, // 47: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
+	24, // 48: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
+	25, // 49: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
+	26, // 50: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
+	27, // 51: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
+	28, // 52: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
+	30, // 53: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
+	31, // 54: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
+	35, // 55: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
+	37, // 56: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
+	38, // 57: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
+	39, // 58: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
+	41, // 59: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
+	43, // 60: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
+	46, // 61: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
+	48, // 62: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
+	50, // 63: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
+	51, // 64: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
+	52, // 65: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
+	8,  // 66: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
+	8,  // 67: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
+	14, // 68: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
+	8,  // 69: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
+	17, // 70: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
+	19, // 71: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
+	21, // 72: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
+	23, // 73: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
+	8,  // 74: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
+	8,  // 75: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
+	9,  // 76: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
+	9,  // 77: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
+	29, // 78: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
+	9,  // 79: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
+	32, // 80: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
+	36, // 81: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
+	33, // 82: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
+	33, // 83: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
+	40, // 84: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
+	42, // 85: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
+	45, // 86: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
+	47, // 87: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
+	49, // 88: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
+	47, // 89: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
+	47, // 90: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
+	53, // 91: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
+	66, // [66:92] is the sub-list for method output_type
+	40, // [40:66] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_shoal_v1_shoal_proto_init() }
@@ -3746,7 +3864,7 @@ func file_shoal_v1_shoal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shoal_v1_shoal_proto_rawDesc), len(file_shoal_v1_shoal_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   58,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

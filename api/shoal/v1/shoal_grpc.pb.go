@@ -679,6 +679,7 @@ const (
 	Cluster_GetNode_FullMethodName       = "/shoal.v1.Cluster/GetNode"
 	Cluster_CordonNode_FullMethodName    = "/shoal.v1.Cluster/CordonNode"
 	Cluster_RemoveNode_FullMethodName    = "/shoal.v1.Cluster/RemoveNode"
+	Cluster_DrainNode_FullMethodName     = "/shoal.v1.Cluster/DrainNode"
 	Cluster_Status_FullMethodName        = "/shoal.v1.Cluster/Status"
 	Cluster_ListMembers_FullMethodName   = "/shoal.v1.Cluster/ListMembers"
 	Cluster_AddMember_FullMethodName     = "/shoal.v1.Cluster/AddMember"
@@ -700,6 +701,10 @@ type ClusterClient interface {
 	// Forget a NotReady node; its sandboxes are deleted once its fence time
 	// has passed. A Ready node is refused.
 	RemoveNode(ctx context.Context, in *RemoveNodeRequest, opts ...grpc.CallOption) (*RemoveNodeResponse, error)
+	// Cordon a node and, with delete, request the deletion of every sandbox
+	// on it. The response lists the sandboxes still on the node; a drain is
+	// done when that list is empty.
+	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeResponse, error)
 	Status(ctx context.Context, in *ClusterStatusRequest, opts ...grpc.CallOption) (*ClusterStatus, error)
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
 	// Add an etcd member (as a learner unless learner=false). The response
@@ -753,6 +758,16 @@ func (c *clusterClient) RemoveNode(ctx context.Context, in *RemoveNodeRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RemoveNodeResponse)
 	err := c.cc.Invoke(ctx, Cluster_RemoveNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterClient) DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainNodeResponse)
+	err := c.cc.Invoke(ctx, Cluster_DrainNode_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -841,6 +856,10 @@ type ClusterServer interface {
 	// Forget a NotReady node; its sandboxes are deleted once its fence time
 	// has passed. A Ready node is refused.
 	RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error)
+	// Cordon a node and, with delete, request the deletion of every sandbox
+	// on it. The response lists the sandboxes still on the node; a drain is
+	// done when that list is empty.
+	DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error)
 	Status(context.Context, *ClusterStatusRequest) (*ClusterStatus, error)
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
 	// Add an etcd member (as a learner unless learner=false). The response
@@ -871,6 +890,9 @@ func (UnimplementedClusterServer) CordonNode(context.Context, *CordonNodeRequest
 }
 func (UnimplementedClusterServer) RemoveNode(context.Context, *RemoveNodeRequest) (*RemoveNodeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RemoveNode not implemented")
+}
+func (UnimplementedClusterServer) DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DrainNode not implemented")
 }
 func (UnimplementedClusterServer) Status(context.Context, *ClusterStatusRequest) (*ClusterStatus, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Status not implemented")
@@ -979,6 +1001,24 @@ func _Cluster_RemoveNode_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ClusterServer).RemoveNode(ctx, req.(*RemoveNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Cluster_DrainNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).DrainNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_DrainNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).DrainNode(ctx, req.(*DrainNodeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1106,6 +1146,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveNode",
 			Handler:    _Cluster_RemoveNode_Handler,
+		},
+		{
+			MethodName: "DrainNode",
+			Handler:    _Cluster_DrainNode_Handler,
 		},
 		{
 			MethodName: "Status",
