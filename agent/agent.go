@@ -237,15 +237,17 @@ func (a *Agent) Start(ctx context.Context) error {
 	defer resubscribe.Stop()
 	tick := time.NewTicker(a.cfg.Resync)
 	defer tick.Stop()
-	leaseTick := time.NewTicker(a.cfg.LeaseCheck)
-	defer leaseTick.Stop()
-	a.checkLease(ctx, q)
+	// The lease is watched on its own: the loop below may wait on etcd
+	// (a resync while cut off), and freezing must not.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.fence(ctx, q)
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-leaseTick.C:
-			a.checkLease(ctx, q)
 		case ev, ok := <-sandboxes:
 			if !ok || ev.Err != nil {
 				if ctx.Err() != nil {

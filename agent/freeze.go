@@ -31,15 +31,34 @@ import (
 // stale by the clock before anything else: reconcile acts only while the
 // lease is held, and the next check freezes.
 
-// checkLease runs on every LeaseCheck tick of Start's loop.
+// fence checks the lease every LeaseCheck until ctx ends. It runs in a
+// goroutine of its own (Start waits for it), and it alone reads and writes
+// frozen, gen, paused and retryAt.
+func (a *Agent) fence(ctx context.Context, q *workqueue.Queue[item]) {
+	tick := time.NewTicker(a.cfg.LeaseCheck)
+	defer tick.Stop()
+	for {
+		a.checkLease(ctx, q)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// checkLease freezes while the lease is not held and rejoins when it is
+// held again. While frozen it pauses again, once a second, any container
+// that runs: a reconcile that looked at the lease just before it was lost
+// may have started one after the freeze.
 func (a *Agent) checkLease(ctx context.Context, q *workqueue.Queue[item]) {
 	held, gen := a.cfg.Lease.State()
 	if time.Now().Before(a.retryAt) {
 		return
 	}
-	a.retryAt = time.Now().Add(time.Second) // after a failure; cleared on success
 	switch {
-	case !held && !a.frozen:
+	case !held:
+		a.retryAt = time.Now().Add(time.Second)
 		if err := a.freeze(ctx); err != nil {
 			if ctx.Err() == nil {
 				a.log.Warn("freeze: some containers could not be paused; trying again", "err", err)
@@ -47,16 +66,17 @@ func (a *Agent) checkLease(ctx context.Context, q *workqueue.Queue[item]) {
 			return
 		}
 		a.frozen = true
-	case held && (a.frozen || gen != a.gen):
+	case a.frozen || gen != a.gen:
 		if err := a.rejoin(ctx, q); err != nil {
 			if ctx.Err() == nil {
 				a.log.Warn("rejoin failed; trying again", "err", err)
 			}
+			a.retryAt = time.Now().Add(time.Second)
 			return
 		}
 		a.frozen, a.gen = false, gen
+		a.retryAt = time.Time{}
 	}
-	a.retryAt = time.Time{}
 }
 
 // freeze pauses every running container of this node, recording each in
@@ -82,7 +102,9 @@ func (a *Agent) freeze(ctx context.Context) error {
 		}
 		n++
 	}
-	a.log.Warn("node does not hold its lease: froze its containers until it does", "paused", n)
+	if n > 0 || !a.frozen {
+		a.log.Warn("node does not hold its lease: froze its containers until it does", "paused", n)
+	}
 	return errors.Join(errs...)
 }
 
