@@ -20,7 +20,9 @@ test: build image
 bench: build image
 	( $(GO) test -run '^$$' -bench UpdateLoopVsRaw -benchtime 3000x -count 3 ./bench/ && \
 	  $(GO) test -run '^$$' -bench DeleteSandboxLatency -benchtime 1x -count 1 -timeout 20m ./bench/ && \
-	  $(GO) test -run '^$$' -bench CreateToReady -benchtime 30x -count 1 -timeout 20m ./bench/ ) | tee bench/last.txt
+	  $(GO) test -run '^$$' -bench CreateToReady -benchtime 30x -count 1 -timeout 20m ./bench/ && \
+	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench 'LeaderFailover|OwnerLossDelete|Forwarding|CreateThroughput' \
+	    -benchtime 1x -count 1 -timeout 30m ./bench/ ) 2>&1 | tee bench/last.txt
 
 # The chaos suite (docs/chaos.md). CHAOS_DURATION and SOAK_DURATION override.
 CHAOS_DURATION ?= 5m

@@ -85,48 +85,67 @@ func NodeConfig(t testing.TB) node.Config {
 // and its containers removed, when the test ends.
 func StartNode(t testing.TB, cfg node.Config) *Node {
 	t.Helper()
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	select {
-	case <-n.Ready():
-	case err := <-done:
-		cancel()
-		t.Fatalf("node did not start: %v", err)
-	case <-time.After(60 * time.Second):
-		cancel()
-		t.Fatal("node did not become ready within 60s")
-	}
-	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stopped bool
-	stop := func() {
-		if stopped {
-			return
+	return StartNodes(t, cfg)[0]
+}
+
+// StartNodes starts nodes at once (the voters of a new etcd cluster wait
+// for each other, so one by one would not do) and waits until every one
+// serves. They are stopped, and their containers removed, when the test
+// ends.
+func StartNodes(t testing.TB, cfgs ...node.Config) []*Node {
+	t.Helper()
+	out := make([]*Node, len(cfgs))
+	dones := make([]chan error, len(cfgs))
+	for i, cfg := range cfgs {
+		n, err := node.New(cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
-		stopped = true
-		conn.Close()
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("node run: %v", err)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- n.Run(ctx) }()
+		dones[i] = done
+		var stopped bool
+		stop := func() {
+			if stopped {
+				return
 			}
-		case <-time.After(60 * time.Second):
-			t.Error("node did not stop within 60s")
+			stopped = true
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("node %s run: %v", cfg.ID, err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Errorf("node %s did not stop within 60s", cfg.ID)
+			}
 		}
+		// Cleanups run last-in first-out: stop the node first, then
+		// remove whatever containers it left, so none can appear after
+		// the sweep.
+		t.Cleanup(func() { RemoveNodeContainers(t, cfg.ID) })
+		t.Cleanup(stop)
+		out[i] = &Node{Node: n, Config: cfg, stop: stop}
 	}
-	// Cleanups run last-in first-out: stop the node first, then remove
-	// whatever containers it left, so none can appear after the sweep.
-	t.Cleanup(func() { RemoveNodeContainers(t, cfg.ID) })
-	t.Cleanup(stop)
-	return &Node{Node: n, Config: cfg, Client: shoalv1.NewShoalClient(conn), stop: stop}
+	deadline := time.After(90 * time.Second)
+	for i, n := range out {
+		select {
+		case <-n.Ready():
+		case err := <-dones[i]:
+			dones[i] <- err // for stop
+			t.Fatalf("node %s did not start: %v", n.Config.ID, err)
+		case <-deadline:
+			t.Fatalf("node %s did not serve within 90s", n.Config.ID)
+		}
+		conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		n.Client = shoalv1.NewShoalClient(conn)
+	}
+	return out
 }
 
 // RemoveNodeContainers removes every container labelled with a node id.
