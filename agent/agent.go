@@ -205,12 +205,18 @@ func (a *Agent) Start(ctx context.Context) error {
 	byUID := map[string]item{} // container uid label → sandbox, for events
 	watchBO := &backoff{min: a.cfg.RestartDelay, max: a.cfg.MaxRestartDelay}
 	eventsBO := &backoff{min: a.cfg.RestartDelay, max: a.cfg.MaxRestartDelay}
+	// A broken watch resumes after the last revision it delivered, so
+	// nothing is listed again; only the first watch, and one whose
+	// revision was compacted away, start from 0, which replays every
+	// record first, so byUID is rebuilt from scratch and drops sandboxes
+	// deleted meanwhile.
+	var lastRev int64
 	openWatch := func() {
-		// From 0 the watch first replays every record, so byUID is
-		// rebuilt from scratch and drops sandboxes deleted meanwhile.
-		clear(byUID)
+		if lastRev == 0 {
+			clear(byUID)
+		}
 		watchBO.opened(time.Now())
-		sandboxes = a.cfg.Store.WatchSandboxes(ctx, "", "", 0)
+		sandboxes = a.cfg.Store.WatchSandboxes(ctx, "", "", lastRev)
 	}
 	openEvents := func() {
 		eventsBO.opened(time.Now())
@@ -254,11 +260,15 @@ func (a *Agent) Start(ctx context.Context) error {
 					return nil
 				}
 				sandboxes = nil
+				if shoal.KindOf(ev.Err) == shoal.KindGone {
+					lastRev = 0
+				}
 				d := watchBO.next(time.Now())
 				a.log.Warn("sandbox watch broke; restarting it", "err", ev.Err, "after", d)
 				rewatch.Reset(d)
 				continue
 			}
+			lastRev = max(lastRev, ev.Revision)
 			sb := ev.Object
 			if store.NodeOf(sb) != a.cfg.Node {
 				continue
