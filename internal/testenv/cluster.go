@@ -273,11 +273,12 @@ func (c *Cluster) Join(via int) int {
 	i := len(c.nodes)
 	id := c.nodeID(i)
 	e := startEngines(c.t, c.cfg.SharedEngine, []string{id})[0]
-	// The engine's cleanup runs before StartCluster's: shut the cluster
-	// down (once) before it, so no node outlives its engine.
-	c.t.Cleanup(c.shutdown)
 	n := c.newNode(id, e)
 	c.newVoter(n)
+	// The engine's and the proxies' cleanups run before StartCluster's:
+	// shut the cluster down (once) before them, so no node outlives its
+	// engine or its proxies.
+	c.t.Cleanup(c.shutdown)
 	n.join = through
 	c.mu.Lock()
 	c.nodes = append(c.nodes, n)
@@ -570,6 +571,11 @@ func (c *Cluster) start(i int) {
 // node at once (one by one, the last voters would wait out a lost quorum),
 // SIGKILL what is left after a grace, then remove the nodes' containers
 // from every engine (a shared engine keeps everyone else's).
+//
+// The grace is short with voters: the etcd leader's member, stopping,
+// hands its leadership over and waits up to 7s (etcd's request timeout)
+// for a peer that is stopping too. Nothing of the test is left to check by
+// then, so a SIGKILL after the grace costs nothing.
 func (c *Cluster) shutdown() { c.shutdownOnce.Do(c.shutdownNow) }
 
 func (c *Cluster) shutdownNow() {
@@ -581,6 +587,11 @@ func (c *Cluster) shutdownNow() {
 			c.setCut(slices.IndexFunc(c.nodes, func(n *clusterNode) bool { return n.id == id }), false)
 		}
 	}
+	grace := 30 * time.Second
+	if c.cfg.Voters > 0 {
+		grace = 3 * time.Second
+	}
+	t0 := time.Now()
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
 		p := n.current()
@@ -588,13 +599,14 @@ func (c *Cluster) shutdownNow() {
 			continue
 		}
 		wg.Go(func() {
-			if !p.terminate(30 * time.Second) {
-				c.t.Logf("cleanup: node %d (%s) did not stop within 30s of SIGTERM; killed it", i, n.id)
+			if !p.terminate(grace) {
+				c.t.Logf("cleanup: node %d (%s) did not stop within %s of SIGTERM; killed it", i, n.id, grace)
 			}
 			n.setProc(nil)
 		})
 	}
 	wg.Wait()
+	c.t.Logf("testenv: nodes stopped in %s", time.Since(t0).Round(time.Millisecond))
 	if c.t.Failed() {
 		for i, n := range c.nodes {
 			c.t.Logf("node %d (%s): last lines of %s:\n%s", i, n.id, c.LogPath(i), tail(c.LogPath(i), 40))
