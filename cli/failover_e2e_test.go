@@ -78,6 +78,7 @@ func runAsync(t *testing.T, bin, endpoint string, args ...string) <-chan result 
 // by the CLI through the next node with the same request id, and returns
 // the sandbox the first attempt made: the same uid, not ALREADY_EXISTS.
 func TestEndpointListOverACluster(t *testing.T) {
+	testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3})
 	front, err := tcpproxy.Start(c.Addr(1)) // node 1, through a connection the test can cut
