@@ -1,5 +1,7 @@
 // Package tcpproxy is a fault-injecting TCP proxy: the chaos suite puts it
-// between a node and etcd to add latency or cut the connection.
+// between a node and etcd to add latency or cut the connection, and the
+// cluster harness (internal/testenv) puts one in front of each etcd member
+// to partition a host from the rest.
 package tcpproxy
 
 import (
@@ -12,22 +14,38 @@ import (
 type Proxy struct {
 	upstream string
 	lis      net.Listener
+	source   func(net.Conn) string
 
 	mu      sync.Mutex
 	latency time.Duration
 	down    bool
-	conns   map[net.Conn]struct{}
+	blocked map[string]bool
+	conns   map[net.Conn]string // both ends of every pipe, by source
 
 	wg sync.WaitGroup
 }
 
+// Option configures a Proxy at Start.
+type Option func(*Proxy)
+
+// WithSource names the source of each accepted connection, once, before
+// anything is forwarded, so that SetBlocked can cut the connections of one
+// source and refuse its new ones. The cluster harness names the node
+// process that dialed. Connections it names "" are never blocked.
+func WithSource(f func(accepted net.Conn) string) Option {
+	return func(p *Proxy) { p.source = f }
+}
+
 // Start listens on a free loopback port.
-func Start(upstream string) (*Proxy, error) {
+func Start(upstream string, opts ...Option) (*Proxy, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{upstream: upstream, lis: lis, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{upstream: upstream, lis: lis, blocked: map[string]bool{}, conns: map[net.Conn]string{}}
+	for _, o := range opts {
+		o(p)
+	}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -55,6 +73,30 @@ func (p *Proxy) SetDown(down bool) {
 	}
 }
 
+// SetBlocked cuts every connection from source (as WithSource names it)
+// and refuses the new ones while blocked; other sources are not touched.
+func (p *Proxy) SetBlocked(source string, blocked bool) {
+	if source == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !blocked {
+		delete(p.blocked, source)
+		return
+	}
+	p.blocked[source] = true
+	for c, s := range p.conns {
+		if s == source {
+			c.Close()
+		}
+	}
+}
+
+// refused reports whether a connection from source may not pass now.
+// Call with p.mu held.
+func (p *Proxy) refused(source string) bool { return p.down || p.blocked[source] }
+
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
@@ -62,25 +104,47 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		p.mu.Lock()
-		if p.down {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.mu.Unlock()
-		up, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(c, up)
-		go p.pipe(up, c)
+		// One goroutine a connection: naming the source and dialing
+		// upstream must not hold up the next accept.
+		p.wg.Add(1)
+		go p.serve(c)
 	}
+}
+
+// serve names c's source, dials upstream unless that source is refused,
+// and pipes both ways until either side ends or is cut.
+func (p *Proxy) serve(c net.Conn) {
+	defer p.wg.Done()
+	var source string
+	if p.source != nil {
+		source = p.source(c)
+	}
+	p.mu.Lock()
+	refused := p.refused(source)
+	p.mu.Unlock()
+	if refused {
+		c.Close()
+		return
+	}
+	up, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	if err != nil {
+		c.Close()
+		return
+	}
+	// Checked again with the pipe registered under the same lock: a cut
+	// that came while dialing must not miss this connection.
+	p.mu.Lock()
+	if p.refused(source) {
+		p.mu.Unlock()
+		c.Close()
+		up.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = source, source
+	p.mu.Unlock()
+	p.wg.Add(2)
+	go p.pipe(c, up)
+	go p.pipe(up, c)
 }
 
 func (p *Proxy) pipe(dst, src net.Conn) {
@@ -117,6 +181,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 func (p *Proxy) Close() error {
 	err := p.lis.Close()
 	p.mu.Lock()
+	p.down = true // a connection being set up now is refused
 	for c := range p.conns {
 		c.Close()
 	}

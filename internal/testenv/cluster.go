@@ -5,9 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,14 +29,16 @@ import (
 )
 
 // ClusterConfig shapes a test cluster. The zero value is three nodes with
-// fast timings.
+// fast timings, on one etcd in the test process.
 type ClusterConfig struct {
 	// Nodes is the number of shoal nodes (default 3).
 	Nodes int
-	// Voters is the number of nodes that run an embedded etcd member and
-	// form the etcd cluster among themselves; the rest are workers. Only 0
-	// exists today: one etcd in the test process, and every node a worker
-	// that reaches it through its own proxy.
+	// Voters is the number of nodes, from node 0, that run an embedded
+	// etcd member and form the etcd cluster among themselves
+	// (--etcd-initial-cluster); the rest are workers whose
+	// --etcd-endpoints list the voters. 0 (the default): one etcd in the
+	// test process, and every node a worker that reaches it through a
+	// proxy of its own.
 	Voters int
 	// SharedEngine puts every node on the system Docker engine, as when
 	// private engines cannot run (see StartEngines).
@@ -48,16 +53,25 @@ type ClusterConfig struct {
 }
 
 // Cluster is a shoal cluster of child processes of the built binary, each
-// with its own data dir, API port, log file, Docker engine and TCP proxy to
-// etcd. Nodes are numbered from 0. Its methods may fail the test, so call
-// them from the test's goroutine.
+// with its own data dir, API port, log file, Docker engine and TCP proxies
+// to etcd. Nodes are numbered from 0. Its methods may fail the test, so
+// call them from the test's goroutine.
 type Cluster struct {
-	t     testing.TB
-	cfg   ClusterConfig
-	bin   string
-	etcd  *clientv3.Client
-	etcdS *embedetcd.Server
+	t      testing.TB
+	cfg    ClusterConfig
+	bin    string
+	prefix string // of the node ids
+	etcd   *clientv3.Client
+	etcdS  *embedetcd.Server // Voters == 0 only
+	// initialCluster is the voters' --etcd-initial-cluster.
+	initialCluster string
+	shutdownOnce   sync.Once
+
+	// mu guards the growth of nodes (Join) and cut against the proxies'
+	// source lookups, which run on the proxies' goroutines.
+	mu    sync.Mutex
 	nodes []*clusterNode
+	cut   map[string]bool // ids of the nodes cut off, with Voters > 0
 }
 
 type clusterNode struct {
@@ -65,25 +79,36 @@ type clusterNode struct {
 	addr   string
 	dir    string // data dir and log file
 	engine *Engine
-	proxy  *tcpproxy.Proxy // between the node and etcd
 	conn   *grpc.ClientConn
 	starts int
+
+	// proxy is the node's own way to the test's etcd (Voters == 0).
+	proxy *tcpproxy.Proxy
+	// A voter's member listens on listenClient and listenPeer and
+	// advertises its proxies, so that every connection into it passes
+	// one. join is the API address it joined through (Join); empty for
+	// the voters of --etcd-initial-cluster.
+	voter                    bool
+	listenClient, listenPeer string
+	clientProxy, peerProxy   *tcpproxy.Proxy
+	join                     string
 
 	mu   sync.Mutex
 	proc *process // nil while not running
 }
 
-// StartCluster starts an etcd, one engine per node and the nodes, and
-// waits until every node serves. Everything is stopped and removed when
-// the test ends: the nodes (SIGTERM, then SIGKILL), their containers on
-// every engine, the proxies, etcd and the engines.
+// StartCluster starts the etcd (or the voters' members), one engine per
+// node and the nodes, and waits until every node serves. Everything is
+// stopped and removed when the test ends: the nodes (SIGTERM, then
+// SIGKILL), their containers on every engine, the proxies, etcd and the
+// engines.
 func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	t.Helper()
 	if cfg.Nodes == 0 {
 		cfg.Nodes = 3
 	}
-	if cfg.Voters != 0 {
-		t.Fatalf("testenv: ClusterConfig.Voters=%d: embedded etcd members are not implemented yet; use 0 (one external etcd)", cfg.Voters)
+	if cfg.Voters < 0 || cfg.Voters > cfg.Nodes {
+		t.Fatalf("testenv: ClusterConfig.Voters=%d: want 0 (one external etcd) up to Nodes=%d", cfg.Voters, cfg.Nodes)
 	}
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 2 * time.Second
@@ -94,45 +119,43 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	if cfg.OrphanGrace == 0 {
 		cfg.OrphanGrace = time.Second
 	}
-	c := &Cluster{t: t, cfg: cfg, bin: Binary(t)}
-	c.etcd, c.etcdS = Etcd(t)
+	c := &Cluster{t: t, cfg: cfg, bin: Binary(t), cut: map[string]bool{}}
+	if cfg.Voters == 0 {
+		c.etcd, c.etcdS = Etcd(t)
+	}
 
 	// Node ids are unique per cluster, so nothing a node of another test
 	// left on a shared engine can be taken for this cluster's.
 	var rnd [3]byte
 	rand.Read(rnd[:])
-	prefix := "c" + hex.EncodeToString(rnd[:])
+	c.prefix = "c" + hex.EncodeToString(rnd[:])
 	ids := make([]string, cfg.Nodes)
 	for i := range ids {
-		ids[i] = fmt.Sprintf("%s-n%d", prefix, i)
+		ids[i] = c.nodeID(i)
 	}
 	t0 := time.Now()
 	engines := startEngines(t, cfg.SharedEngine, ids)
 	t.Logf("testenv: %d engines ready in %s", len(engines), time.Since(t0).Round(time.Millisecond))
 
-	etcdAddr := strings.TrimPrefix(c.etcdS.Endpoint(), "http://")
+	var peers []string
 	for i, id := range ids {
-		n := &clusterNode{id: id, engine: engines[i], dir: t.TempDir(),
-			addr: fmt.Sprintf("127.0.0.1:%d", FreePort(t))}
-		var err error
-		if n.proxy, err = tcpproxy.Start(etcdAddr); err != nil {
-			t.Fatal(err)
+		n := c.newNode(id, engines[i])
+		switch {
+		case cfg.Voters == 0:
+			var err error
+			if n.proxy, err = tcpproxy.Start(strings.TrimPrefix(c.etcdS.Endpoint(), "http://")); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { n.proxy.Close() })
+		case i < cfg.Voters:
+			c.newVoter(n)
+			peers = append(peers, n.id+"=http://"+n.peerProxy.Addr())
 		}
-		t.Cleanup(func() { n.proxy.Close() })
-		// A short reconnect backoff: a restarted node should be reachable
-		// as soon as it listens, not after gRPC's default of up to 2 min.
-		n.conn, err = grpc.NewClient(n.addr,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithConnectParams(grpc.ConnectParams{
-				Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
-				MinConnectTimeout: 2 * time.Second,
-			}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.conn.Close() })
+		c.mu.Lock() // the voters' proxies run already
 		c.nodes = append(c.nodes, n)
+		c.mu.Unlock()
 	}
+	c.initialCluster = strings.Join(peers, ",")
 	// Registered last, so it runs first: the nodes stop before their
 	// proxies, etcd and engines go away.
 	t.Cleanup(c.shutdown)
@@ -144,7 +167,131 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 		c.WaitReady(i)
 	}
 	t.Logf("testenv: %d nodes serving in %s", len(c.nodes), time.Since(t0).Round(time.Millisecond))
+	if cfg.Voters > 0 {
+		cli, err := embedetcd.DialMembers(c.voterClientURLs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		c.etcd = cli
+	}
 	return c
+}
+
+func (c *Cluster) nodeID(i int) string { return fmt.Sprintf("%s-n%d", c.prefix, i) }
+
+// newNode is node id's address, data dir and API client. A short
+// reconnect backoff: a restarted node should be reachable as soon as it
+// listens, not after gRPC's default of up to 2 min.
+func (c *Cluster) newNode(id string, e *Engine) *clusterNode {
+	c.t.Helper()
+	n := &clusterNode{id: id, engine: e, dir: c.t.TempDir(), addr: fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))}
+	var err error
+	n.conn, err = grpc.NewClient(n.addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
+			MinConnectTimeout: 2 * time.Second,
+		}))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { n.conn.Close() })
+	return n
+}
+
+// newVoter gives n an etcd member: listen URLs on free ports and a proxy
+// in front of each, which the member advertises. The proxies name every
+// connection by the node process that dialed it (source), so CutOff can
+// refuse a node's connections to every member.
+func (c *Cluster) newVoter(n *clusterNode) {
+	c.t.Helper()
+	n.voter = true
+	cp, pp := FreePort(c.t), FreePort(c.t)
+	n.listenClient = fmt.Sprintf("http://127.0.0.1:%d", cp)
+	n.listenPeer = fmt.Sprintf("http://127.0.0.1:%d", pp)
+	var err error
+	if n.clientProxy, err = tcpproxy.Start(fmt.Sprintf("127.0.0.1:%d", cp), tcpproxy.WithSource(c.source)); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { n.clientProxy.Close() })
+	if n.peerProxy, err = tcpproxy.Start(fmt.Sprintf("127.0.0.1:%d", pp), tcpproxy.WithSource(c.source)); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { n.peerProxy.Close() })
+}
+
+// source names the node whose process dialed a connection a voter's
+// proxy accepted, or "" for anyone else (the test itself, say).
+func (c *Cluster) source(conn net.Conn) string {
+	c.mu.Lock()
+	byPID := map[int]string{}
+	var pids []int
+	for _, n := range c.nodes {
+		if p := n.current(); p != nil && !p.exited() {
+			byPID[p.cmd.Process.Pid] = n.id
+			pids = append(pids, p.cmd.Process.Pid)
+		}
+	}
+	c.mu.Unlock()
+	return byPID[socketOwner(conn, pids)]
+}
+
+// voterProxies are every voter's proxies.
+func (c *Cluster) voterProxies() []*tcpproxy.Proxy {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ps []*tcpproxy.Proxy
+	for _, n := range c.nodes {
+		if n.voter {
+			ps = append(ps, n.clientProxy, n.peerProxy)
+		}
+	}
+	return ps
+}
+
+// voterClientURLs are the voters' advertised client URLs (their proxies).
+func (c *Cluster) voterClientURLs() []string {
+	var us []string
+	for _, n := range c.nodes {
+		if n.voter {
+			us = append(us, "http://"+n.clientProxy.Addr())
+		}
+	}
+	return us
+}
+
+// Join starts a new node whose embedded etcd member joins the cluster
+// through node via's API (`--join`), on an engine of its own, waits until
+// it serves, and returns its index. It needs Voters > 0.
+func (c *Cluster) Join(via int) int {
+	c.t.Helper()
+	if c.cfg.Voters == 0 {
+		c.t.Fatal("testenv: Join needs ClusterConfig.Voters > 0")
+	}
+	through := c.Addr(via)
+	i := len(c.nodes)
+	id := c.nodeID(i)
+	e := startEngines(c.t, c.cfg.SharedEngine, []string{id})[0]
+	n := c.newNode(id, e)
+	c.newVoter(n)
+	// The engine's and the proxies' cleanups run before StartCluster's:
+	// shut the cluster down (once) before them, so no node outlives its
+	// engine or its proxies.
+	c.t.Cleanup(c.shutdown)
+	n.join = through
+	c.mu.Lock()
+	c.nodes = append(c.nodes, n)
+	for cut := range c.cut {
+		n.clientProxy.SetBlocked(cut, true)
+		n.peerProxy.SetBlocked(cut, true)
+	}
+	c.mu.Unlock()
+	t0 := time.Now()
+	c.start(i)
+	c.WaitReady(i)
+	c.t.Logf("testenv: node %d (%s) joined through node %d in %s", i, id, via, time.Since(t0).Round(time.Millisecond))
+	return i
 }
 
 // Len is the number of nodes.
@@ -180,8 +327,26 @@ func (c *Cluster) SeparateEngines() bool {
 	return true
 }
 
-// Etcd is a client of the cluster's etcd that no fault touches.
+// Etcd is a client of the cluster's etcd that no fault touches. With
+// Voters > 0 it dials every voter through its proxy: a voter cut off
+// refuses it, and it goes to the others.
 func (c *Cluster) Etcd() *clientv3.Client { return c.etcd }
+
+// Voter reports whether node i runs an etcd member (ClusterConfig.Voters,
+// Join).
+func (c *Cluster) Voter(i int) bool { return c.node(i).voter }
+
+// MemberClientURL is voter i's member's own client URL, past its proxy:
+// it reaches the member even while node i is cut off, so a test can read
+// what the member itself holds (clientv3.WithSerializable()).
+func (c *Cluster) MemberClientURL(i int) string {
+	c.t.Helper()
+	n := c.node(i)
+	if !n.voter {
+		c.t.Fatalf("node %d (%s) is not a voter", i, n.id)
+	}
+	return n.listenClient
+}
 
 // LogPath is node i's log file (every start appends to it).
 func (c *Cluster) LogPath(i int) string { return filepath.Join(c.node(i).dir, "node.log") }
@@ -241,18 +406,45 @@ func (c *Cluster) Restart(i int) {
 }
 
 // CutOff cuts node i off from etcd: its open etcd connections are closed
-// and new ones refused until Heal. The node process keeps running.
+// and new ones refused until Heal. The node process keeps running. With
+// Voters > 0 it is a partition of the host: node i's process can reach no
+// member's proxy (its own member's peer traffic included), and a voter's
+// own proxies refuse everyone, so its member hears from no peer and no
+// client reaches it.
 func (c *Cluster) CutOff(i int) {
 	c.t.Helper()
-	c.node(i).proxy.SetDown(true)
+	c.setCut(i, true)
 	c.t.Logf("testenv: cut node %d (%s) off from etcd", i, c.ID(i))
 }
 
 // Heal reconnects node i to etcd.
 func (c *Cluster) Heal(i int) {
 	c.t.Helper()
-	c.node(i).proxy.SetDown(false)
+	c.setCut(i, false)
 	c.t.Logf("testenv: healed node %d (%s)", i, c.ID(i))
+}
+
+func (c *Cluster) setCut(i int, cut bool) {
+	c.t.Helper()
+	n := c.node(i)
+	if c.cfg.Voters == 0 {
+		n.proxy.SetDown(cut)
+		return
+	}
+	c.mu.Lock()
+	if cut {
+		c.cut[n.id] = true
+	} else {
+		delete(c.cut, n.id)
+	}
+	c.mu.Unlock()
+	for _, p := range c.voterProxies() {
+		p.SetBlocked(n.id, cut)
+	}
+	if n.voter {
+		n.clientProxy.SetDown(cut)
+		n.peerProxy.SetDown(cut)
+	}
 }
 
 // WaitReady waits until node i serves a read (a list, which needs etcd)
@@ -307,19 +499,38 @@ func (c *Cluster) running(i int) *process {
 func (n *clusterNode) current() *process  { n.mu.Lock(); defer n.mu.Unlock(); return n.proc }
 func (n *clusterNode) setProc(p *process) { n.mu.Lock(); defer n.mu.Unlock(); n.proc = p }
 
-// args are node i's `shoal node start` flags. A voters mode adds the
-// embedded member's flags here (listen URLs, the initial cluster).
+// args are node i's `shoal node start` flags: a worker's etcd endpoints,
+// or a voter's member (listen URLs, its proxies as the advertised ones, and
+// the initial cluster or the node it joins through).
 func (c *Cluster) args(n *clusterNode) []string {
 	args := []string{"node", "start",
 		"--node-id", n.id,
 		"--listen", n.addr,
 		"--data-dir", filepath.Join(n.dir, "data"),
-		"--etcd-endpoints", "http://" + n.proxy.Addr(),
+	}
+	switch {
+	case n.proxy != nil:
+		args = append(args, "--etcd-endpoints", "http://"+n.proxy.Addr())
+	case !n.voter:
+		args = append(args, "--etcd-endpoints", strings.Join(c.voterClientURLs(), ","))
+	default:
+		args = append(args,
+			"--etcd-listen-client", n.listenClient,
+			"--etcd-listen-peer", n.listenPeer,
+			"--etcd-advertise-client", "http://"+n.clientProxy.Addr(),
+			"--etcd-advertise-peer", "http://"+n.peerProxy.Addr())
+		if n.join != "" {
+			args = append(args, "--join", n.join)
+		} else {
+			args = append(args, "--etcd-initial-cluster", c.initialCluster)
+		}
+	}
+	args = append(args,
 		"--lease-ttl", c.cfg.LeaseTTL.String(),
 		"--resync", c.cfg.Resync.String(),
 		"--orphan-grace", c.cfg.OrphanGrace.String(),
 		"--image", docker.DefaultImage,
-	}
+	)
 	if n.engine.Host != "" {
 		args = append(args, "--docker-host", n.engine.Host)
 	}
@@ -356,10 +567,31 @@ func (c *Cluster) start(i int) {
 	n.conn.ResetConnectBackoff()
 }
 
-// shutdown is the cluster's cleanup: SIGTERM every node at once, SIGKILL
-// what is left after a grace, then remove the nodes' containers from every
-// engine (a shared engine keeps everyone else's).
-func (c *Cluster) shutdown() {
+// shutdown is the cluster's cleanup, once: heal every cut, SIGTERM every
+// node at once (one by one, the last voters would wait out a lost quorum),
+// SIGKILL what is left after a grace, then remove the nodes' containers
+// from every engine (a shared engine keeps everyone else's).
+//
+// The grace is short with voters: the etcd leader's member, stopping,
+// hands its leadership over and waits up to 7s (etcd's request timeout)
+// for a peer that is stopping too. Nothing of the test is left to check by
+// then, so a SIGKILL after the grace costs nothing.
+func (c *Cluster) shutdown() { c.shutdownOnce.Do(c.shutdownNow) }
+
+func (c *Cluster) shutdownNow() {
+	if c.cfg.Voters > 0 {
+		c.mu.Lock()
+		cut := slices.Collect(maps.Keys(c.cut))
+		c.mu.Unlock()
+		for _, id := range cut {
+			c.setCut(slices.IndexFunc(c.nodes, func(n *clusterNode) bool { return n.id == id }), false)
+		}
+	}
+	grace := 30 * time.Second
+	if c.cfg.Voters > 0 {
+		grace = 3 * time.Second
+	}
+	t0 := time.Now()
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
 		p := n.current()
@@ -367,13 +599,14 @@ func (c *Cluster) shutdown() {
 			continue
 		}
 		wg.Go(func() {
-			if !p.terminate(30 * time.Second) {
-				c.t.Logf("cleanup: node %d (%s) did not stop within 30s of SIGTERM; killed it", i, n.id)
+			if !p.terminate(grace) {
+				c.t.Logf("cleanup: node %d (%s) did not stop within %s of SIGTERM; killed it", i, n.id, grace)
 			}
 			n.setProc(nil)
 		})
 	}
 	wg.Wait()
+	c.t.Logf("testenv: nodes stopped in %s", time.Since(t0).Round(time.Millisecond))
 	if c.t.Failed() {
 		for i, n := range c.nodes {
 			c.t.Logf("node %d (%s): last lines of %s:\n%s", i, n.id, c.LogPath(i), tail(c.LogPath(i), 40))

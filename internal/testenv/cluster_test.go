@@ -2,18 +2,22 @@ package testenv_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/docker"
 	"shoal/internal/testenv"
+	"shoal/store"
 )
 
 // The harness itself: three nodes, each on its own engine; a sandbox runs
@@ -84,6 +88,142 @@ func TestClusterHarness(t *testing.T) {
 	c.Resume(0)
 	c.WaitReady(0)
 	onlyOn(t, ctx, c, 0, sbs[0].Status.ContainerId)
+}
+
+// Voters mode: three nodes that are etcd members formed with
+// --etcd-initial-cluster and a worker that lists them; every member
+// advertises its proxies. A voter cut off is a real partition: its API
+// fails, its member loses the raft leader and misses what the others
+// commit, the others serve and see it unhealthy; healed, it catches up. A
+// worker cut off fails its calls and serves again once healed.
+func TestClusterVoters(t *testing.T) {
+	start := time.Now()
+	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 4, Voters: 3})
+	t.Logf("3 voters and a worker up in %s (separate engines: %v)", time.Since(start).Round(time.Millisecond), c.SeparateEngines())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const worker = 3
+
+	// The members are the three voters, at their proxies' peer URLs.
+	ml, err := c.Etcd().MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for _, m := range ml.Members {
+		names[m.Name] = !m.IsLearner
+	}
+	if len(ml.Members) != 3 || !names[c.ID(0)] || !names[c.ID(1)] || !names[c.ID(2)] || c.Voter(worker) || !c.Voter(0) {
+		t.Fatalf("members %v, want the voting members %s, %s, %s", ml.Members, c.ID(0), c.ID(1), c.ID(2))
+	}
+	st := clusterStatus(t, ctx, c, worker)
+	if healthy(st) != 3 {
+		t.Fatalf("cluster status through the worker: %v, want 3 healthy members", st.Members)
+	}
+	create(t, ctx, c.Client(worker), "on-one", c.ID(1))
+
+	// Cut voter 1 off: its API fails, its member loses the raft leader.
+	c.CutOff(1)
+	if _, err := get(ctx, c.Client(1), "on-one", 2*time.Second); !unavailable(err) {
+		t.Fatalf("get through a voter cut off: %v, want UNAVAILABLE or DEADLINE_EXCEEDED", err)
+	}
+	own, err := clientv3.New(clientv3.Config{Endpoints: []string{c.MemberClientURL(1)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+	t0 := time.Now()
+	testenv.Eventually(t, 15*time.Second, "the cut-off member has no raft leader", func() (bool, error) {
+		sctx, scancel := context.WithTimeout(ctx, time.Second)
+		defer scancel()
+		s, err := own.Status(sctx, c.MemberClientURL(1))
+		if err != nil {
+			return false, err
+		}
+		return s.Leader == 0, fmt.Errorf("its leader is %x", s.Leader)
+	})
+	t.Logf("the cut-off member lost its leader %s after the cut", time.Since(t0).Round(time.Millisecond))
+	// The others commit without it; it does not see that.
+	if _, err := c.Client(0).CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{
+		Meta: &shoalv1.ObjectMeta{Name: "during-cut"}, Type: shoalv1.ProviderType_GENERIC, Credentials: map[string]string{"K": "V"},
+	}}); err != nil {
+		t.Fatalf("create a provider through voter 0 while voter 1 is cut off: %v", err)
+	}
+	key := store.New(c.Etcd(), store.Options{}).ProviderKey(store.DefaultWorkspace, "during-cut")
+	if n := serializableCount(t, ctx, own, key); n != 0 {
+		t.Fatal("the cut-off member has the provider written without it")
+	}
+	for _, i := range []int{2, worker} {
+		if _, err := get(ctx, c.Client(i), "on-one", 5*time.Second); err != nil {
+			t.Fatalf("get through node %d while voter 1 is cut off: %v", i, err)
+		}
+	}
+	testenv.Eventually(t, 15*time.Second, "status through voter 0 shows voter 1 unhealthy", func() (bool, error) {
+		st := clusterStatus(t, ctx, c, 0)
+		for _, m := range st.Members {
+			if m.Name == c.ID(1) && !m.Healthy {
+				return healthy(st) == 2, fmt.Errorf("%d healthy", healthy(st))
+			}
+		}
+		return false, fmt.Errorf("members %v", st.Members)
+	})
+
+	// Healed, it catches up and serves what was written meanwhile.
+	t0 = time.Now()
+	c.Heal(1)
+	c.WaitReady(1)
+	t.Logf("voter 1 serves %s after healing", time.Since(t0).Round(time.Millisecond))
+	testenv.Eventually(t, 15*time.Second, "the healed member has the provider", func() (bool, error) {
+		return serializableCount(t, ctx, own, key) == 1, nil
+	})
+	if _, err := c.Client(1).GetProvider(ctx, &shoalv1.GetProviderRequest{Name: "during-cut"}); err != nil {
+		t.Fatalf("get the provider written during the cut through the healed voter: %v", err)
+	}
+	testenv.Eventually(t, 15*time.Second, "3 healthy members again", func() (bool, error) {
+		st := clusterStatus(t, ctx, c, 1)
+		return healthy(st) == 3, fmt.Errorf("members %v", st.Members)
+	})
+
+	// A worker cut off reaches no member.
+	c.CutOff(worker)
+	if _, err := get(ctx, c.Client(worker), "on-one", 2*time.Second); !unavailable(err) {
+		t.Fatalf("get through a worker cut off: %v, want UNAVAILABLE or DEADLINE_EXCEEDED", err)
+	}
+	c.Heal(worker)
+	c.WaitReady(worker)
+}
+
+func clusterStatus(t *testing.T, ctx context.Context, c *testenv.Cluster, i int) *shoalv1.ClusterStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := c.ClusterClient(i).Status(ctx, &shoalv1.ClusterStatusRequest{})
+	if err != nil {
+		t.Fatalf("cluster status through node %d: %v", i, err)
+	}
+	return st
+}
+
+func healthy(st *shoalv1.ClusterStatus) int {
+	n := 0
+	for _, m := range st.Members {
+		if m.Healthy {
+			n++
+		}
+	}
+	return n
+}
+
+// serializableCount counts key in what the member cli dials holds itself.
+func serializableCount(t *testing.T, ctx context.Context, cli *clientv3.Client, key string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := cli.Get(ctx, key, clientv3.WithSerializable(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatalf("serializable read of %s: %v", key, err)
+	}
+	return r.Count
 }
 
 func create(t *testing.T, ctx context.Context, cl shoalv1.ShoalClient, name, node string) *shoalv1.Sandbox {

@@ -11,10 +11,12 @@
 //
 // # Cluster harness
 //
-// StartCluster starts one etcd in the test process and N shoal nodes as
-// child processes of the built binary (`shoal node start --etcd-endpoints
-// ...`), each with its own node id, API port, data dir, log file, TCP proxy
-// to etcd and Docker engine. The test drives them by index:
+// StartCluster starts N shoal nodes as child processes of the built
+// binary, each with its own node id, API port, data dir, log file, TCP
+// proxies to etcd and Docker engine. By default there is one etcd in the
+// test process and every node is a worker (`shoal node start
+// --etcd-endpoints ...`) that reaches it through a proxy of its own. The
+// test drives them by index:
 //
 //	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3})
 //	c.Client(0).CreateSandbox(...)   // the API of node 0; also ClusterClient
@@ -23,6 +25,28 @@
 //	c.Stop(1); c.Resume(1)           // SIGSTOP / SIGCONT: a hung host
 //	c.CutOff(1); c.Heal(1)           // node 1 loses etcd, then gets it back
 //	c.WaitReady(1)                   // until it serves a list again
+//
+// With ClusterConfig.Voters = V, nodes 0..V-1 are voters: each embeds an
+// etcd member, and they form the etcd cluster with --etcd-initial-cluster;
+// the other nodes are workers whose --etcd-endpoints list the voters. Each
+// member listens on loopback ports of its own and advertises a proxy in
+// front of each (client and peer), so every connection into a member
+// passes a proxy. c.Join(0) starts one more voter that joins through node
+// 0's API (--join) and returns its index; c.Voter(i) says whether node i
+// runs a member, c.MemberClientURL(i) reaches voter i's member past its
+// proxy (to read what the member itself holds), and c.Etcd() dials every
+// voter.
+//
+// CutOff(i) with voters is a partition of host i, not only of its clients:
+// raft messages flow both ways over whichever member dialed, so refusing
+// the connections into member i would leave the ones it dials itself. Each
+// proxy therefore names the node process that dialed every connection it
+// accepts (the socket's inode in /proc/net/tcp, found in the node
+// processes' fd tables; sockowner.go) and CutOff(i) makes every proxy cut
+// and refuse node i's connections, and voter i's own proxies refuse
+// everyone. Its member then hears from no peer and no client reaches it;
+// node i's own client still reaches its own member directly, which answers
+// nothing that needs a quorum. Heal(i) undoes both.
 //
 // Hosts are separate: each node gets an extra dockerd of its own (root
 // only), beside the system one and sharing the system containerd under its
@@ -35,10 +59,10 @@
 // says so, and Cluster.SeparateEngines is false; SHOAL_REQUIRE_ENGINES=1
 // (set by CI) makes that a failure instead.
 //
-// Everything is torn down when the test ends, in order: the nodes
-// (SIGTERM, then SIGKILL), their containers on every engine, the proxies,
-// etcd, then each private engine (its containers, its dockerd, its
-// containerd namespace and its files). Each child process has a goroutine
+// Everything is torn down when the test ends, in order: every cut healed,
+// the nodes (SIGTERM, all at once, then SIGKILL), their containers on every
+// engine, the proxies, etcd, then each private engine (its containers, its
+// dockerd, its containerd namespace and its files). Each child process has a goroutine
 // that reaps it and the harness waits for all of them. A test process that
 // dies without its cleanups takes its children with it (the parent-death
 // signal), and the next test process that starts an engine removes engine
@@ -47,8 +71,4 @@
 // Engines are started per test, in parallel, in a few seconds (dockerd
 // starts in well under a second; loading the image takes the rest), so no
 // state can pass from one test to the next.
-//
-// Today the nodes are etcd workers only. ClusterConfig.Voters is where a
-// mode with embedded etcd members on the nodes comes in (Cluster.args adds
-// their flags).
 package testenv
