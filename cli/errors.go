@@ -76,6 +76,11 @@ func (a *app) classify(err error) *exitError {
 	case codes.FailedPrecondition, codes.Aborted:
 		return &exitError{ExitPrecondition, msg, "the object's current state forbids this; `get` it to see that state, then retry"}
 	case codes.Unavailable:
+		if strings.HasPrefix(msg, "etcd: ") {
+			// The node answered: it is its etcd that did not.
+			return &exitError{ExitUnavailable, fmt.Sprintf("shoal at %s cannot reach etcd: %s", a.endpoint, strings.TrimPrefix(msg, "etcd: ")),
+				"etcd may be electing a leader (retry in a few seconds) or have lost its quorum; `shoal cluster status` shows each member, and --endpoint takes other nodes"}
+		}
 		return &exitError{ExitUnavailable, fmt.Sprintf("shoal at %s is unavailable: %s", a.endpoint, msg),
 			"is a node running there? Start one with `shoal node start`, or set --endpoint / SHOAL_ENDPOINT"}
 	case codes.DeadlineExceeded:

@@ -282,7 +282,7 @@ itself.`,
 				return a.out.object(resp)
 			}
 			if len(resp.Sandboxes) == 0 {
-				fmt.Fprintf(a.stdout, "node %s removed\n", name)
+				fmt.Fprintf(a.stdout, "node %s removing: the leader forgets it in a moment\n", name)
 			} else {
 				fmt.Fprintf(a.stdout, "node %s removing: deleting %d sandbox(es): %s\n", name, len(resp.Sandboxes), list(resp.Sandboxes))
 			}

@@ -118,11 +118,19 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context, l *Lea
 }
 
 func (e *Elector) term(ctx context.Context, lead func(context.Context, *Leadership) error) error {
-	sess, err := concurrency.NewSession(e.c, concurrency.WithTTL(int(e.cfg.TTL.Seconds())), concurrency.WithContext(ctx))
+	// The session's context outlives ctx once the session exists, so that
+	// Close can still revoke the lease on a graceful stop (with ctx's, the
+	// revoke would fail at once and the lease, with the term record on it,
+	// would last its TTL). Until then, ctx ending aborts the grant.
+	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer scancel()
+	unhook := context.AfterFunc(ctx, scancel)
+	sess, err := concurrency.NewSession(e.c, concurrency.WithTTL(int(e.cfg.TTL.Seconds())), concurrency.WithContext(sctx))
+	unhook()
 	if err != nil {
 		return fmt.Errorf("lease: %w", err)
 	}
-	defer sess.Close()
+	defer sess.Close() // revokes, within the TTL at most
 	// The term's context ends with ctx or with the session.
 	tctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -64,3 +64,42 @@ func TestCurrentTerm(t *testing.T) {
 		t.Fatalf("with a stale record: %+v, %v, %v; want n1 with no since", term, ok, err)
 	}
 }
+
+// A graceful stop gives the term up at once: the election key and the
+// term record (on the term's lease) are gone when Run returns, not a TTL
+// later.
+func TestGracefulStopRevokesTheTerm(t *testing.T) {
+	c, _ := testenv.Etcd(t)
+	s := store.New(c, store.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	el, err := lease.New(c, lease.Config{Prefix: s.LeaderPrefix(), TermKey: s.LeaderTermKey(), ID: "n1", TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- el.Run(rctx, func(lctx context.Context, l *lease.Leadership) error {
+			<-lctx.Done()
+			return nil
+		})
+	}()
+	testenv.Eventually(t, 10*time.Second, "the term recorded", func() (bool, error) {
+		term, ok, err := lease.Current(ctx, c, s.LeaderPrefix(), s.LeaderTermKey())
+		return ok && !term.Since.IsZero(), err
+	})
+	stop()
+	<-done
+	resp, err := c.Get(ctx, s.LeaderTermKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := c.Leases(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 0 || len(leases.Leases) != 0 {
+		t.Fatalf("after a graceful stop: term record %v, leases %v; want both gone", resp.Kvs, leases.Leases)
+	}
+}
