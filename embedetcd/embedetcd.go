@@ -400,11 +400,23 @@ func dial(endpoints []string, autoSync time.Duration) (*clientv3.Client, error) 
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w", endpoints, err)
 	}
+	// Any one endpoint answering will do: the client balances over all
+	// of them, and a cluster with one member down still serves.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := c.Status(ctx, endpoints[0]); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("etcd %v is not reachable: %w", endpoints, err)
+	var errs []error
+	for _, ep := range endpoints {
+		sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := c.Status(sctx, ep)
+		scancel()
+		if err == nil {
+			return c, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	return c, nil
+	c.Close()
+	return nil, fmt.Errorf("etcd %v is not reachable: %w", endpoints, errors.Join(errs...))
 }
