@@ -23,7 +23,7 @@ func Reorder(app *cli.App, args []string) []string {
 	}
 	globals := flagSet(app.Flags)
 	out := []string{args[0]}
-	var globalArgs, path []string
+	var globalArgs, path, helpArgs []string
 	rest := args[1:]
 
 	// Global flags before the command path.
@@ -53,6 +53,13 @@ func Reorder(app *cli.App, args []string) []string {
 		// Flags of an intermediate command (and globals) may sit between
 		// path elements.
 		for len(rest) > 0 && strings.HasPrefix(rest[0], "-") && rest[0] != "--" {
+			if isHelp(rest[0]) {
+				// Help belongs to the command it follows, not the root:
+				// `shoal sandbox --help` lists sandbox's subcommands.
+				helpArgs = append(helpArgs, rest[0])
+				rest = rest[1:]
+				continue
+			}
 			if n := flagLen(globals, rest); n > 0 {
 				globalArgs = append(globalArgs, rest[:n]...)
 				rest = rest[n:]
@@ -62,8 +69,9 @@ func Reorder(app *cli.App, args []string) []string {
 		}
 	}
 	if leaf == nil || len(leaf.Subcommands) > 0 {
-		return append(append(append(out, globalArgs...), path...), rest...)
+		return append(append(append(append(out, globalArgs...), path...), helpArgs...), rest...)
 	}
+	rest = append(helpArgs, rest...)
 	local := flagSet(leaf.Flags)
 	var flags, positional []string
 	for i := 0; i < len(rest); i++ {
@@ -116,6 +124,8 @@ func flagSet(flags []cli.Flag) map[string]bool {
 	m["help"], m["h"] = false, false
 	return m
 }
+
+func isHelp(arg string) bool { return arg == "--help" || arg == "-h" || arg == "-help" }
 
 // flagLen is how many arguments the flag at args[0] spans (0 if unknown).
 func flagLen(known map[string]bool, args []string) int {
