@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -44,6 +45,9 @@ type Error struct {
 	Kind  Kind
 	Field string
 	Msg   string
+	// NotApplied: the server did nothing with the request, so a client
+	// may send the same request to another node (errors.go: ReasonNotApplied).
+	NotApplied bool
 }
 
 func (e *Error) Error() string {
@@ -106,6 +110,41 @@ func Invalid(field, format string, a ...any) error {
 	return &Error{Kind: KindInvalid, Field: field, Msg: fmt.Sprintf(format, a...)}
 }
 
+// NotApplied marks a typed error as "nothing was done": the request may
+// be sent again, to another node, whatever it was. Untyped errors are
+// returned as they are.
+func NotApplied(err error) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	c := *e
+	c.NotApplied = true
+	return &c
+}
+
+// ReasonNotApplied is the google.rpc.ErrorInfo reason (domain
+// ErrorDomain) of a gRPC status whose request the server did not apply.
+const (
+	ReasonNotApplied = "NOT_APPLIED"
+	ErrorDomain      = "shoal.dev"
+)
+
+// IsNotApplied reports whether a gRPC error says the server did nothing
+// with the request.
+func IsNotApplied(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Reason == ReasonNotApplied && info.Domain == ErrorDomain {
+			return true
+		}
+	}
+	return false
+}
+
 // KindOf returns the Kind of err, KindUnknown for untyped errors.
 func KindOf(err error) Kind {
 	var e *Error
@@ -156,5 +195,12 @@ func GRPCStatus(err error) error {
 			code = codes.Internal
 		}
 	}
-	return status.Error(code, err.Error())
+	st := status.New(code, err.Error())
+	var e *Error
+	if errors.As(err, &e) && e.NotApplied {
+		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonNotApplied, Domain: ErrorDomain}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }

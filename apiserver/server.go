@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -48,11 +49,20 @@ type Config struct {
 	MaxWatches, MaxExecs int
 	// Node is assigned to the sandboxes this server creates.
 	Node string
+	// Liveness, if set, says whether the node holds its liveness lease.
+	// While it does not (cut off from etcd, or just resumed from a stop),
+	// shoal.v1.Shoal calls are refused at once with UNAVAILABLE marked
+	// not-applied, so a client moves to another node instead of waiting
+	// on this one's etcd.
+	Liveness Liveness
 	// DefaultImage for sandboxes that name none.
 	DefaultImage string
 	Logger       *slog.Logger
 	Tracer       trace.Tracer
 }
+
+// Liveness is the node's hold on its liveness lease (registry.Registry).
+type Liveness interface{ Held() bool }
 
 // Server implements shoal.v1.Shoal.
 type Server struct {
@@ -110,6 +120,16 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 	}
 }
 
+// live refuses a shoal.v1.Shoal call while the node does not hold its
+// liveness lease. The Cluster service still answers: cluster status is
+// most wanted when things are wrong.
+func (s *Server) live(method string) error {
+	if s.cfg.Liveness == nil || !strings.HasPrefix(method, "/shoal.v1.Shoal/") || s.cfg.Liveness.Held() {
+		return nil
+	}
+	return shoal.NotApplied(shoal.Unavailable("node %s cannot reach etcd (it has not renewed its liveness lease within its TTL); nothing was done: ask another node", s.cfg.Node))
+}
+
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
 	start := time.Now()
 	ctx, span := s.cfg.Tracer.Start(ctx, info.FullMethod, trace.WithSpanKind(trace.SpanKindServer))
@@ -120,6 +140,9 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 		}
 		s.finish(span, info.FullMethod, start, err)
 	}()
+	if err := s.live(info.FullMethod); err != nil {
+		return nil, shoal.GRPCStatus(err)
+	}
 	resp, err = h(ctx, req)
 	return resp, shoal.GRPCStatus(err)
 }
@@ -139,6 +162,9 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		}
 		s.finish(span, info.FullMethod, start, err)
 	}()
+	if err := s.live(info.FullMethod); err != nil {
+		return shoal.GRPCStatus(err)
+	}
 	err = h(srv, &boundStream{ServerStream: ss, ctx: ctx})
 	if ss.Context().Err() == nil && errors.Is(context.Cause(ctx), errShuttingDown) {
 		// The client is still there: tell it why its stream ended.

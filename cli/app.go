@@ -12,9 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/resolver"
-	"google.golang.org/grpc/resolver/manual"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiserver"
@@ -30,7 +29,7 @@ type app struct {
 	endpoint       string
 	workspace      string
 	out            printer
-	conn           *grpc.ClientConn
+	conn           *failover
 	client         shoalv1.ShoalClient
 	tty            bool
 	ctx            context.Context
@@ -110,44 +109,43 @@ Flags may come before or after positional arguments.
 	}
 }
 
-// api dials the endpoint on first use.
+// api dials the endpoints on first use: one connection per node of
+// --endpoint, behind failover (failover.go).
 func (a *app) api() (shoalv1.ShoalClient, error) {
 	if a.client != nil {
 		return a.client, nil
 	}
-	target, opts := dialTarget(a.endpoint)
-	conn, err := grpc.NewClient(target, append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		// The server's limits, from their one definition: a response the
-		// server may send must never be refused here (gRPC's default
-		// receive limit is 4 MiB, the server sends up to 8), and a request
-		// over the server's limit fails here, before it is sent.
-		grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(apiserver.MaxResponseBytes),
-			grpc.MaxCallSendMsgSize(apiserver.MaxRequestBytes)))...)
-	if err != nil {
-		return nil, usageError("--endpoint %q: %v", a.endpoint, err)
-	}
-	a.conn, a.client = conn, shoalv1.NewShoalClient(conn)
-	return a.client, nil
-}
-
-// dialTarget turns --endpoint into a gRPC target. A comma-separated list
-// (any nodes of one cluster) becomes one channel over all of them: gRPC's
-// pick_first takes them in order and moves to the next when one cannot be
-// reached, so a command works while any listed node is up.
-func dialTarget(endpoint string) (string, []grpc.DialOption) {
-	var addrs []resolver.Address
-	for _, e := range strings.Split(endpoint, ",") {
+	var addrs []string
+	for _, e := range strings.Split(a.endpoint, ",") {
 		if e = strings.TrimSpace(e); e != "" {
-			addrs = append(addrs, resolver.Address{Addr: e})
+			addrs = append(addrs, e)
 		}
 	}
-	if len(addrs) <= 1 {
-		return endpoint, nil
+	if len(addrs) == 0 {
+		return nil, usageError("--endpoint: name at least one node (host:port)")
 	}
-	r := manual.NewBuilderWithScheme("shoal-endpoints")
-	r.InitialState(resolver.State{Addresses: addrs})
-	return r.Scheme() + ":///cluster", []grpc.DialOption{grpc.WithResolvers(r)}
+	f := &failover{addrs: addrs}
+	for _, addr := range addrs {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			// A node that does not answer the connect is left after 5s
+			// for the next (gRPC waits 20s by default).
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 5 * time.Second}),
+			// The server's limits, from their one definition: a response
+			// the server may send must never be refused here (gRPC's
+			// default receive limit is 4 MiB, the server sends up to 8),
+			// and a request over the server's limit fails here, before it
+			// is sent.
+			grpc.WithDefaultCallOptions(
+				grpc.MaxCallRecvMsgSize(apiserver.MaxResponseBytes),
+				grpc.MaxCallSendMsgSize(apiserver.MaxRequestBytes)))
+		if err != nil {
+			f.Close()
+			return nil, usageError("--endpoint %q: %v", addr, err)
+		}
+		f.conns = append(f.conns, conn)
+	}
+	a.conn, a.client = f, shoalv1.NewShoalClient(f)
+	return a.client, nil
 }
 
 // clusterAPI is the Cluster service on the same connection.

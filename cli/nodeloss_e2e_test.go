@@ -160,7 +160,16 @@ func TestOwnerCutOff(t *testing.T) {
 	if limit := nodeTTL + 2*time.Second; frozen > limit {
 		t.Fatalf("containers paused %s after the cut; want within %s of the last renewal", frozen, limit)
 	}
-	run(t, bin, front, "sandbox", "delete", "gone", "--wait").must(t, 0, "delete --wait while the owner is cut off")
+	// The cut-off node refuses calls at once, marked not-applied, and a
+	// client listing it first moves on to the next node, writes included.
+	r := run(t, bin, c.Addr(1), "sandbox", "list").must(t, cli.ExitUnavailable, "list through the cut-off node")
+	if !strings.Contains(r.stderr, "cannot reach etcd") || !strings.Contains(r.stderr, c.ID(1)) {
+		t.Fatalf("the cut-off node's refusal does not say why: %s", r.stderr)
+	}
+	both := c.Addr(1) + "," + front
+	run(t, bin, both, "sandbox", "get", "kept").must(t, 0, "get with the cut-off node listed first")
+	run(t, bin, both, "sandbox", "label", "kept", "seen=cut").must(t, 0, "a write with the cut-off node listed first")
+	run(t, bin, both, "sandbox", "delete", "gone", "--wait").must(t, 0, "delete --wait while the owner is cut off")
 	run(t, bin, front, "sandbox", "get", "gone").must(t, cli.ExitNotFound, "deleted sandbox")
 	if getSandbox(t, bin, front, "kept").Status.Phase != shoalv1.SandboxPhase_UNKNOWN {
 		t.Fatal("the cut-off node's sandbox is not UNKNOWN")

@@ -144,11 +144,6 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	api, err := apiserver.New(apiserver.Config{Store: st, Runtime: rt, Engine: rt, Node: cfg.ID, DefaultImage: cfg.DefaultImage,
-		MaxWatches: cfg.MaxWatches, MaxExecs: cfg.MaxExecs, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver")})
-	if err != nil {
-		return err
-	}
 	lis, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
@@ -167,6 +162,12 @@ func (n *Node) Run(ctx context.Context) error {
 	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, TTL: cfg.NodeTTL, Instance: instance, Logger: cfg.Logger,
 		Node: &shoalv1.Node{Name: cfg.ID, Address: advertise, Version: cfg.Version, Labels: maps.Clone(cfg.NodeLabels),
 			MaxSandboxes: int32(cfg.MaxSandboxes), StartedAt: timestamppb.Now()}})
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	api, err := apiserver.New(apiserver.Config{Store: st, Runtime: rt, Engine: rt, Node: cfg.ID, Liveness: reg, DefaultImage: cfg.DefaultImage,
+		MaxWatches: cfg.MaxWatches, MaxExecs: cfg.MaxExecs, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver")})
 	if err != nil {
 		lis.Close()
 		return err
