@@ -88,7 +88,7 @@ Flags may come before or after positional arguments.
 		ErrWriter: a.stderr,
 		Reader:    a.stdin,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "endpoint", Value: "127.0.0.1:7443", EnvVars: []string{"SHOAL_ENDPOINT"}, Usage: "shoal API `ADDRESSES`: host:port, or a comma-separated list of nodes (tried in order while one is unreachable)"},
+			&cli.StringFlag{Name: "endpoint", Value: "127.0.0.1:7443", EnvVars: []string{"SHOAL_ENDPOINT"}, Usage: "shoal API `ADDRESSES`: host:port, or a comma-separated list of nodes (a call moves on to the next when a node is unreachable or refuses it unapplied)"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: formatTable, Usage: "output `FORMAT`: table, json or yaml"},
 			&cli.StringFlag{Name: "workspace", Aliases: []string{"w"}, Value: "default", EnvVars: []string{"SHOAL_WORKSPACE"}, Usage: "`WORKSPACE` of the objects"},
 		},
