@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/apiclient"
 	"shoal/apiserver"
 )
 
@@ -29,7 +30,7 @@ type app struct {
 	endpoint       string
 	workspace      string
 	out            printer
-	conn           *failover
+	conn           *apiclient.Conn
 	client         shoalv1.ShoalClient
 	tty            bool
 	ctx            context.Context
@@ -110,7 +111,7 @@ Flags may come before or after positional arguments.
 }
 
 // api dials the endpoints on first use: one connection per node of
-// --endpoint, behind failover (failover.go).
+// --endpoint, behind apiclient's failover.
 func (a *app) api() (shoalv1.ShoalClient, error) {
 	if a.client != nil {
 		return a.client, nil
@@ -124,25 +125,19 @@ func (a *app) api() (shoalv1.ShoalClient, error) {
 	if len(addrs) == 0 {
 		return nil, usageError("--endpoint: name at least one node (host:port)")
 	}
-	f := &failover{addrs: addrs}
-	for _, addr := range addrs {
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			// A node that does not answer the connect is left after 5s
-			// for the next (gRPC waits 20s by default).
-			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 5 * time.Second}),
-			// The server's limits, from their one definition: a response
-			// the server may send must never be refused here (gRPC's
-			// default receive limit is 4 MiB, the server sends up to 8),
-			// and a request over the server's limit fails here, before it
-			// is sent.
-			grpc.WithDefaultCallOptions(
-				grpc.MaxCallRecvMsgSize(apiserver.MaxResponseBytes),
-				grpc.MaxCallSendMsgSize(apiserver.MaxRequestBytes)))
-		if err != nil {
-			f.Close()
-			return nil, usageError("--endpoint %q: %v", addr, err)
-		}
-		f.conns = append(f.conns, conn)
+	f, err := apiclient.Dial(addrs, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// A node that does not answer the connect is left after 5s for
+		// the next (gRPC waits 20s by default).
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 5 * time.Second}),
+		// The server's limits, from their one definition: a response the
+		// server may send must never be refused here (gRPC's default
+		// receive limit is 4 MiB, the server sends up to 8), and a
+		// request over the server's limit fails here, before it is sent.
+		grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(apiserver.MaxResponseBytes),
+			grpc.MaxCallSendMsgSize(apiserver.MaxRequestBytes)))
+	if err != nil {
+		return nil, usageError("--endpoint: %v", err)
 	}
 	a.conn, a.client = f, shoalv1.NewShoalClient(f)
 	return a.client, nil

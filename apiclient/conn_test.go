@@ -1,18 +1,19 @@
-package cli
+package apiclient_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/apiclient"
 )
 
 // fakeNode is an in-process Shoal server: a cut-off one refuses everything
@@ -83,16 +84,12 @@ func deadAddr(t *testing.T) string {
 
 func client(t *testing.T, addrs ...string) shoalv1.ShoalClient {
 	t.Helper()
-	a := &app{endpoint: fmt.Sprint(addrs[0])}
-	for _, x := range addrs[1:] {
-		a.endpoint += "," + x
-	}
-	cl, err := a.api()
+	c, err := apiclient.Dial(addrs, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { a.conn.Close() })
-	return cl
+	t.Cleanup(func() { c.Close() })
+	return shoalv1.NewShoalClient(c)
 }
 
 func TestFailoverMovesOnOnlyWhenNothingWasDone(t *testing.T) {

@@ -1,7 +1,9 @@
-package cli
+package apiclient
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -14,9 +16,9 @@ import (
 	"shoal"
 )
 
-// failover is the client connection behind a list of --endpoint nodes: one
-// gRPC connection per node, and a call that a node could not take goes to
-// the next. A call moves on only when sending it again cannot do anything
+// Conn is a client connection to the shoal API over a list of nodes of one
+// cluster: one gRPC connection per node, and a call that a node could not
+// take goes to the next. A call moves on only when sending it again cannot do anything
 // twice:
 //
 //   - the node was not reached (the dial failed: nothing was sent);
@@ -29,7 +31,7 @@ import (
 // Any other UNAVAILABLE (a write that may have been applied before the
 // connection broke) is returned as it is. The node that last answered is
 // tried first by the next call.
-type failover struct {
+type Conn struct {
 	addrs []string
 	conns []*grpc.ClientConn
 
@@ -37,28 +39,47 @@ type failover struct {
 	cur int
 }
 
-var _ grpc.ClientConnInterface = (*failover)(nil)
+var _ grpc.ClientConnInterface = (*Conn)(nil)
 
-func (f *failover) start() int {
+// Dial returns a Conn over addrs (host:port each, in order of preference).
+// Nothing is dialled until the first call.
+func Dial(addrs []string, opts ...grpc.DialOption) (*Conn, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("no node address")
+	}
+	c := &Conn{addrs: addrs}
+	for _, addr := range addrs {
+		conn, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("%s: %w", addr, err)
+		}
+		c.conns = append(c.conns, conn)
+	}
+	return c, nil
+}
+
+func (f *Conn) start() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.cur
 }
 
-func (f *failover) answered(i int) {
+func (f *Conn) answered(i int) {
 	f.mu.Lock()
 	f.cur = i
 	f.mu.Unlock()
 }
 
-func (f *failover) Close() error {
+// Close closes every node's connection.
+func (f *Conn) Close() error {
 	for _, c := range f.conns {
 		c.Close()
 	}
 	return nil
 }
 
-func (f *failover) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+func (f *Conn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
 	first := f.start()
 	var err error
 	for k := range f.conns {
@@ -74,7 +95,7 @@ func (f *failover) Invoke(ctx context.Context, method string, args, reply any, o
 	return err
 }
 
-func (f *failover) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+func (f *Conn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 	if desc.ClientStreams || len(f.conns) == 1 {
 		return f.conns[f.start()].NewStream(ctx, desc, method, opts...)
 	}
@@ -112,7 +133,7 @@ func notSent(err error) bool {
 // request and closes its side before receiving, so the request is kept
 // and sent again.
 type replayStream struct {
-	f      *failover
+	f      *Conn
 	ctx    context.Context
 	desc   *grpc.StreamDesc
 	method string
