@@ -367,7 +367,10 @@ func (s *ClusterServer) memberList(ctx context.Context, fallback bool) ([]*etcds
 	resp, err := s.cfg.Etcd.MemberList(lctx)
 	cancel()
 	if err != nil && fallback && ctx.Err() == nil {
-		resp, err = s.cfg.Etcd.MemberList(ctx, clientv3.WithSerializable())
+		// Bounded too: a node cut off from every member must still answer.
+		sctx, scancel := context.WithTimeout(ctx, statusReadTimeout)
+		resp, err = s.cfg.Etcd.MemberList(sctx, clientv3.WithSerializable())
+		scancel()
 	}
 	if err != nil {
 		return nil, etcdError(ctx, "etcd member list", err)
