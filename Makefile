@@ -1,12 +1,13 @@
 GO        ?= go
 BIN       ?= bin/shoal
 IMAGE     ?= shoal/sandbox:dev
+NODE_IMAGE ?= shoal/node:dev
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION        := v0.8.2
 
-.PHONY: build run test bench image proto lint chaos soak clean
+.PHONY: build run test bench image node-image cluster cluster-down proto lint chaos soak clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/shoal
@@ -35,6 +36,17 @@ soak: build image
 
 image:
 	./deploy/image/build.sh $(IMAGE)
+
+node-image:
+	GO=$(GO) ./deploy/node/build.sh $(NODE_IMAGE)
+
+# Three voters in containers on this host (deploy/compose); the last line
+# printed is SHOAL_ENDPOINT=... for the CLI. SHOAL_CLUSTER names a second one.
+cluster: build image node-image
+	SHOAL_NODE_IMAGE=$(NODE_IMAGE) ./deploy/compose/cluster.sh up
+
+cluster-down:
+	./deploy/compose/cluster.sh down
 
 proto:
 	GOBIN=$(GOBIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the shoal node image FROM scratch: a static shoal binary
+# (CGO_ENABLED=0) and nothing else. Nothing is pulled from a registry.
+set -euo pipefail
+
+usage() {
+	cat <<USAGE
+Usage: deploy/node/build.sh [TAG]
+
+Builds the node image TAG (default shoal/node:dev) from this checkout:
+compiles a static shoal binary and runs docker build on a local context.
+
+Environment:
+  GO       the go command (default: go)
+  VERSION  the version the binary reports (default: git describe, or dev)
+USAGE
+}
+
+case "${1:-}" in
+-h | --help)
+	usage
+	exit 0
+	;;
+-*)
+	usage >&2
+	exit 2
+	;;
+esac
+[ $# -le 1 ] || { usage >&2; exit 2; }
+
+tag=${1:-shoal/node:dev}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+go=${GO:-go}
+command -v "$go" >/dev/null || { echo "build.sh: $go not found (Go 1.26 is needed; set GO to its path)" >&2; exit 1; }
+command -v docker >/dev/null || { echo "build.sh: docker not found" >&2; exit 1; }
+version=${VERSION:-$(git -C "$root" describe --tags --always --dirty 2>/dev/null || echo dev)}
+
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+(cd "$root" && CGO_ENABLED=0 "$go" build -trimpath -ldflags "-s -w -X shoal/cli.Version=$version" -o "$ctx/shoal" ./cmd/shoal)
+cp "$here/Dockerfile" "$ctx/"
+docker build -q -t "$tag" "$ctx" >/dev/null
+echo "built $tag ($version)"
