@@ -15,7 +15,11 @@ build:
 run: build image
 	$(BIN) node start
 
-test: build image
+# The compose cluster test (deploy/compose) needs docker-compose: root gets
+# it installed; anyone else is told the command, and that test skips.
+test: build image node-image
+	@command -v docker-compose >/dev/null || ./deploy/apt-install.sh docker-compose || \
+		echo "make: without docker-compose the compose cluster test (deploy/compose) skips"
 	SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m ./...
 
 bench: build image

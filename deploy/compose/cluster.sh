@@ -56,17 +56,28 @@ state_dir=${XDG_STATE_HOME:-$HOME/.local/state}/shoal/compose
 state_file=$state_dir/$project.cluster-id
 
 [[ $project =~ ^[a-z0-9][a-z0-9_-]*$ ]] || die "SHOAL_CLUSTER=$project: use lower-case letters, digits, '-' and '_' (a compose project name)"
-[[ $port =~ ^[0-9]+$ ]] && ((port >= 1 && port <= 65533)) || die "SHOAL_CLUSTER_PORT=$port: not a port number (n1 takes it, n2 and n3 the next two)"
+if ! [[ $port =~ ^[0-9]+$ ]] || ((port < 1 || port > 65533)); then
+	die "SHOAL_CLUSTER_PORT=$port: not a port number (n1 takes it, n2 and n3 the next two)"
+fi
 [[ $timeout =~ ^[0-9]+$ ]] || die "SHOAL_CLUSTER_TIMEOUT=$timeout: not a number of seconds"
 
 export SHOAL_PORT_N1=$port SHOAL_PORT_N2=$((port + 1)) SHOAL_PORT_N3=$((port + 2))
 endpoints=127.0.0.1:$SHOAL_PORT_N1,127.0.0.1:$SHOAL_PORT_N2,127.0.0.1:$SHOAL_PORT_N3
 
-compose() { docker-compose --project-name "$project" --file "$here/docker-compose.yml" "$@"; }
+# docker-compose v1 (Debian 12's package), or the v2 plugin where that is
+# what the host has: the file and every command here work with both.
+if command -v docker-compose >/dev/null; then
+	compose_cmd=(docker-compose)
+elif docker compose version >/dev/null 2>&1; then
+	compose_cmd=(docker compose)
+else
+	compose_cmd=()
+fi
+compose() { "${compose_cmd[@]}" --project-name "$project" --file "$here/docker-compose.yml" "$@"; }
 
 preflight() {
 	command -v docker >/dev/null || die "docker not found; install the Docker engine (apt-get install docker.io)"
-	command -v docker-compose >/dev/null || die "docker-compose not found; install it with: apt-get install docker-compose"
+	[ ${#compose_cmd[@]} -gt 0 ] || die "docker-compose not found; install it with: apt-get install docker-compose"
 	docker info >/dev/null 2>&1 || die "no Docker engine answers (is dockerd running, and may you use its socket?)"
 }
 
