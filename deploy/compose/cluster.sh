@@ -51,7 +51,7 @@ sandbox_image=shoal/sandbox:dev
 nodes=(n1 n2 n3)
 # The cluster id (shoal.dev/cluster on every sandbox container) is recorded
 # here by `up`, so that `down` finds the sandboxes even when no node answers
-# any more.
+# any more (all stopped, or no quorum).
 state_dir=${XDG_STATE_HOME:-$HOME/.local/state}/shoal/compose
 state_file=$state_dir/$project.cluster-id
 
@@ -151,8 +151,10 @@ up() {
 	done
 	id=$(sed -n 's/.*"cluster_id": *"\([0-9a-f]\{1,\}\)".*/\1/p' <<<"$status" | head -n 1)
 	[ -n "$id" ] || die "cluster status named no cluster id"
+	# Appended: a project brought up again after its volumes were removed
+	# by hand is a new cluster, and the old one's sandboxes are still due.
 	mkdir -p "$state_dir"
-	echo "$id" >"$state_file"
+	grep -qxF "$id" "$state_file" 2>/dev/null || echo "$id" >>"$state_file"
 	say "cluster $project is up: n1 127.0.0.1:$SHOAL_PORT_N1, n2 127.0.0.1:$SHOAL_PORT_N2, n3 127.0.0.1:$SHOAL_PORT_N3 (cluster id $id)"
 	say "use it with: export SHOAL_ENDPOINT=$endpoints; remove it with: make cluster-down"
 	echo "SHOAL_ENDPOINT=$endpoints"
@@ -163,7 +165,7 @@ down() {
 	# Which cluster's sandboxes: what up recorded, and what any live node
 	# says (a cluster brought up by hand, or a lost state file).
 	local ids=() n c id
-	[ -r "$state_file" ] && ids+=("$(<"$state_file")")
+	[ -r "$state_file" ] && mapfile -t ids <"$state_file"
 	for n in "${nodes[@]}"; do
 		c=$(container "$n")
 		if [ -n "$c" ] && running "$c"; then

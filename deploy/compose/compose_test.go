@@ -29,8 +29,8 @@ const nodeImage = "shoal/node:dev"
 // killed node's liveness lease expire within seconds, yet far above what
 // two busy cores delay a renewal by.
 var clusterEnv = []string{
-	"SHOAL_NODE_TTL=3s",
-	"SHOAL_LEASE_TTL=3s",
+	"SHOAL_NODE_TTL=5s",
+	"SHOAL_LEASE_TTL=5s",
 	"SHOAL_FENCE_MARGIN=2s",
 }
 
@@ -127,18 +127,25 @@ func TestComposeCluster(t *testing.T) {
 func requireCompose(t *testing.T) {
 	t.Helper()
 	testenv.RequireDocker(t)
-	fail := t.Skipf
-	if os.Getenv("SHOAL_REQUIRE_DOCKER") == "1" {
-		fail = t.Fatalf
-	}
-	if _, err := exec.LookPath("docker-compose"); err != nil {
-		fail("docker-compose is not installed (apt-get install docker-compose) (SHOAL_REQUIRE_DOCKER=1 makes this a failure)")
+	fail := func(format string, a ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, a...)
+		if os.Getenv("SHOAL_REQUIRE_DOCKER") == "1" {
+			t.Fatalf("SHOAL_REQUIRE_DOCKER=1 but %s", msg)
+		}
+		t.Skipf("skipping: %s (set SHOAL_REQUIRE_DOCKER=1 to make this a failure)", msg)
 	}
 	if _, err := exec.LookPath("docker"); err != nil {
-		fail("the docker CLI is not installed (SHOAL_REQUIRE_DOCKER=1 makes this a failure)")
+		fail("the docker CLI is not installed")
+	}
+	if _, err := exec.LookPath("docker-compose"); err != nil {
+		// cluster.sh also runs the compose v2 plugin.
+		if exec.Command("docker", "compose", "version").Run() != nil {
+			fail("docker-compose is not installed (apt-get install docker-compose)")
+		}
 	}
 	if out, err := exec.Command("docker", "image", "inspect", "--format", "{{.Id}}", nodeImage).CombinedOutput(); err != nil {
-		fail("the node image %s is missing (run `make node-image`): %s (SHOAL_REQUIRE_DOCKER=1 makes this a failure)", nodeImage, bytes.TrimSpace(out))
+		fail("the node image %s is missing (run `make node-image`): %s", nodeImage, bytes.TrimSpace(out))
 	}
 }
 
