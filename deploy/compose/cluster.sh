@@ -156,7 +156,9 @@ up() {
 	mkdir -p "$state_dir"
 	grep -qxF "$id" "$state_file" 2>/dev/null || echo "$id" >>"$state_file"
 	say "cluster $project is up: n1 127.0.0.1:$SHOAL_PORT_N1, n2 127.0.0.1:$SHOAL_PORT_N2, n3 127.0.0.1:$SHOAL_PORT_N3 (cluster id $id)"
-	say "use it with: export SHOAL_ENDPOINT=$endpoints; remove it with: make cluster-down"
+	local down_cmd="make cluster-down"
+	[ "$project" = shoal ] || down_cmd="SHOAL_CLUSTER=$project make cluster-down"
+	say "use it with: export SHOAL_ENDPOINT=$endpoints; remove it with: $down_cmd"
 	echo "SHOAL_ENDPOINT=$endpoints"
 }
 
