@@ -16,7 +16,16 @@
 //
 // Status messages are bounded (MaxMessageBytes). A sandbox watch or event
 // stream that breaks is reopened after a doubling delay, never in a tight
-// loop. The agent never changes a DELETING sandbox's phase and never
-// removes the container of a live record: teardown belongs to the
-// coordinator.
+// loop (a sandbox watch resumes after the last revision it delivered).
+//
+// Teardown of its own sandboxes is the agent's too: for a DELETING sandbox
+// of this node it removes the container and records that it did, which the
+// leader's fenced removal requires (store/deletion.go). The agent never
+// changes a DELETING sandbox's phase and never removes the container of a
+// live record.
+//
+// Self-fencing (freeze.go): while the node does not hold its liveness lease
+// the agent pauses every container it runs; holding it again, it removes at
+// once the containers of sandboxes deleted meanwhile and thaws the rest.
+// Only the owning node's agent ever touches its containers.
 package agent

@@ -8,6 +8,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"shoal"
 )
 
 // Exit codes. Scripts may rely on them.
@@ -76,7 +78,11 @@ func (a *app) classify(err error) *exitError {
 	case codes.FailedPrecondition, codes.Aborted:
 		return &exitError{ExitPrecondition, msg, "the object's current state forbids this; `get` it to see that state, then retry"}
 	case codes.Unavailable:
-		if strings.HasPrefix(msg, "etcd: ") {
+		if shoal.IsNotApplied(err) {
+			return &exitError{ExitUnavailable, fmt.Sprintf("shoal at %s refused: %s", a.endpoint, msg),
+				"list more nodes of the cluster in --endpoint (comma-separated): a call moves on to the next"}
+		}
+		if strings.HasPrefix(msg, "etcd: ") || strings.Contains(msg, "unhealthy cluster") {
 			// The node answered: it is its etcd that did not.
 			return &exitError{ExitUnavailable, fmt.Sprintf("shoal at %s cannot reach etcd: %s", a.endpoint, strings.TrimPrefix(msg, "etcd: ")),
 				"etcd may be electing a leader (retry in a few seconds) or have lost its quorum; `shoal cluster status` shows each member, and --endpoint takes other nodes"}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -72,6 +73,13 @@ func (p printer) objects(s shape, header []string, rows [][]string, msgs ...prot
 			if b, err = pj.Marshal(msgs[0]); err != nil {
 				return err
 			}
+			// protojson varies its whitespace on purpose (so nobody
+			// relies on it); print it stable, as lists are.
+			var buf bytes.Buffer
+			if err = json.Indent(&buf, bytes.TrimSpace(b), "", "  "); err != nil {
+				return err
+			}
+			b = buf.Bytes()
 		} else {
 			raw := make([]json.RawMessage, 0, len(msgs)) // never nil: [] not null
 			for _, m := range msgs {

@@ -228,7 +228,12 @@ func Start(cfg Config) (*Server, error) {
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
+		// A removed member's server stops with an error too: say which.
+		removed := wasRemoved(context.Background(), e)
 		e.Close()
+		if removed {
+			return nil, ErrRemoved
+		}
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	case <-e.Server.StopNotify():
 		removed := wasRemoved(context.Background(), e)

@@ -179,7 +179,7 @@ func (s *Store) ForgetNode(ctx context.Context, id string) error {
 		return nil
 	}
 	if len(resp.Responses[0].GetResponseRange().GetKvs()) > 0 {
-		return shoal.FailedPrecondition("node %q is Ready: only a NotReady node can be removed; stop it first, or drain it with `shoal node drain %s --delete`", id, id)
+		return shoal.FailedPrecondition("node %q is Ready: only a NotReady node can be removed: stop it first (`shoal node drain %s --delete` moves its sandboxes off before that)", id, id)
 	}
 	return shoal.NotFound("node %q not found; `shoal node list` shows the known nodes", id)
 }
