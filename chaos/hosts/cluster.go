@@ -168,7 +168,9 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err != nil {
 		return c, err
 	}
-	cfg.Logf("hosts: %d engines ready in %s (separate: %v)", n, time.Since(t1).Round(time.Millisecond), c.shared == "")
+	if c.shared == "" {
+		cfg.Logf("hosts: %d private engines ready in %s", n, time.Since(t1).Round(time.Millisecond))
+	}
 	var peers []string
 	for i := range n {
 		nd, err := c.newNode(ctx, i, i < cfg.Voters, engines[i])

@@ -217,6 +217,7 @@ func (c *Cluster) ReplaceMember(ctx context.Context, i int) (int, error) {
 		unlock()
 		return -1, err
 	}
+	tKill := time.Now()
 	via, err := c.removeMember(ctx, n)
 	if err != nil {
 		unlock()
@@ -232,6 +233,7 @@ func (c *Cluster) ReplaceMember(ctx context.Context, i int) (int, error) {
 		}
 	}
 	c.mu.Unlock()
+	tRemove := time.Now()
 	n.peer.Close()
 	if n.engine.Shared {
 		err = removeLabelled(ctx, c.sys, docker.LabelNode+"="+n.id)
@@ -241,7 +243,8 @@ func (c *Cluster) ReplaceMember(ctx context.Context, i int) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("hosts: replace member %d (%s): remove its host's engine: %w", i, n.id, err)
 	}
-	c.cfg.Logf("hosts: node %d (%s) removed for good through node %d in %s", i, n.id, via.index, time.Since(t0).Round(time.Millisecond))
+	c.cfg.Logf("hosts: node %d (%s) removed for good through node %d in %s (kill %s, member removal %s, host %s)", i, n.id, via.index,
+		time.Since(t0).Round(time.Millisecond), tKill.Sub(t0).Round(time.Millisecond), tRemove.Sub(tKill).Round(time.Millisecond), time.Since(tRemove).Round(time.Millisecond))
 
 	c.mu.Lock()
 	k := len(c.nodes)

@@ -6,6 +6,7 @@
 package tcpproxy
 
 import (
+	"context"
 	"net"
 	"sync"
 	"time"
@@ -17,6 +18,10 @@ type Proxy struct {
 	listen   string
 	lis      net.Listener
 	source   func(net.Conn) string
+	// closing ends the dials of connections being set up when Close is
+	// called: a dial to an upstream that vanished may hang for seconds.
+	closing context.Context
+	stop    context.CancelFunc
 
 	mu         sync.Mutex
 	latency    time.Duration
@@ -56,6 +61,7 @@ func Start(upstream string, opts ...Option) (*Proxy, error) {
 	if p.lis, err = net.Listen("tcp", p.listen); err != nil {
 		return nil, err
 	}
+	p.closing, p.stop = context.WithCancel(context.Background())
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -157,7 +163,8 @@ func (p *Proxy) serve(c net.Conn) {
 		c.Close()
 		return
 	}
-	up, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	d := net.Dialer{Timeout: 5 * time.Second}
+	up, err := d.DialContext(p.closing, "tcp", p.upstream)
 	if err != nil {
 		c.Close()
 		return
@@ -239,6 +246,7 @@ func (p *Proxy) pipe(dst, src net.Conn, source string) {
 // Close stops accepting, cuts every connection and waits for the pipes.
 func (p *Proxy) Close() error {
 	err := p.lis.Close()
+	p.stop()
 	p.mu.Lock()
 	p.down = true // a connection being set up now is refused
 	for c := range p.conns {
