@@ -51,7 +51,7 @@ func (c *Cluster) Addrs() []string {
 	defer c.mu.Unlock()
 	var as []string
 	for _, n := range c.nodes {
-		if !n.removed {
+		if !n.isRemoved() {
 			as = append(as, n.apiAddr())
 		}
 	}
@@ -73,20 +73,10 @@ func (c *Cluster) Voter(i int) bool { return c.node(i).voter }
 // Removed reports whether ReplaceMember removed node i for good: its
 // container is stopped (kept for Logs until Close), its member removed and
 // its engine gone.
-func (c *Cluster) Removed(i int) bool {
-	n := c.node(i)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.removed
-}
+func (c *Cluster) Removed(i int) bool { return c.node(i).isRemoved() }
 
 // Disconnected reports whether node i is cut off by Disconnect.
-func (c *Cluster) Disconnected(i int) bool {
-	n := c.node(i)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.disconnected
-}
+func (c *Cluster) Disconnected(i int) bool { return c.node(i).isDisconnected() }
 
 // EtcdEndpoints are the client URLs of the voters not removed, reachable
 // from this machine (straight to the members, past every fault but
@@ -96,7 +86,7 @@ func (c *Cluster) EtcdEndpoints() []string {
 	defer c.mu.Unlock()
 	var us []string
 	for _, n := range c.nodes {
-		if n.voter && !n.removed {
+		if n.voter && !n.isRemoved() {
 			us = append(us, clientURL(n))
 		}
 	}
@@ -126,9 +116,7 @@ func (c *Cluster) PeerURL(i int) string {
 // gone with it).
 func (c *Cluster) Engine(i int) *client.Client {
 	n := c.node(i)
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.removed && !n.engine.Shared {
+	if n.isRemoved() && !n.engine.Shared {
 		return nil
 	}
 	return n.engine.Client
@@ -143,12 +131,12 @@ func (c *Cluster) SeparateEngines() bool { return c.shared == "" }
 func (c *Cluster) SharedReason() string { return c.shared }
 
 // ContainerID is node i's container on the system engine.
-func (c *Cluster) ContainerID(i int) string { return c.node(i).container }
+func (c *Cluster) ContainerID(i int) string { return c.node(i).cid() }
 
 // PID is the host pid of node i's shoal process (0 while not running).
 func (c *Cluster) PID(ctx context.Context, i int) (int, error) {
 	n := c.node(i)
-	info, err := c.sys.ContainerInspect(ctx, n.container)
+	info, err := c.sys.ContainerInspect(ctx, n.cid())
 	if err != nil {
 		return 0, fmt.Errorf("hosts: inspect node %d (%s): %w", i, n.id, err)
 	}
@@ -162,7 +150,7 @@ func (c *Cluster) Logs(ctx context.Context, i int) ([]byte, error) {
 }
 
 func (c *Cluster) logs(ctx context.Context, n *node) ([]byte, error) {
-	rc, err := c.sys.ContainerLogs(ctx, n.container, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	rc, err := c.sys.ContainerLogs(ctx, n.cid(), container.LogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		return nil, fmt.Errorf("hosts: logs of node %d (%s): %w", n.index, n.id, err)
 	}

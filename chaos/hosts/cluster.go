@@ -61,6 +61,9 @@ type Cluster struct {
 	sysEng *engine.Engine
 
 	initialCluster string
+	// replacing serialises ReplaceMember: a new node's index (its id and
+	// address) is taken before it is added.
+	replacing sync.Mutex
 
 	mu    sync.Mutex
 	nodes []*node
@@ -72,24 +75,46 @@ type Cluster struct {
 
 // node is one host.
 type node struct {
-	index     int
-	id        string
-	voter     bool
-	addr      netip.Addr
-	dir       string // on this machine; its data/ is the node's /data
-	engine    *engine.Engine
-	socket    string // the Docker socket the node uses, on this machine
-	container string
-	conn      *grpc.ClientConn
+	index  int
+	id     string
+	voter  bool
+	addr   netip.Addr
+	dir    string // on this machine; its data/ is the node's /data
+	engine *engine.Engine
+	socket string // the Docker socket the node uses, on this machine
+	conn   *grpc.ClientConn
 	// peer sits in front of a voter's member's peer port: the member
 	// advertises it, so every raft message to or from it passes a proxy
 	// that SlowPeer can slow.
 	peer *tcpproxy.Proxy
 	join string // the API address a replacement joined through
 
-	mu           sync.Mutex // serialises faults
+	// fault serialises the faults on the node; it is held for as long
+	// as one takes, so nothing else waits on it.
+	fault sync.Mutex
+
+	state        sync.Mutex // guards the fields below, briefly
+	container    string
 	disconnected bool
 	removed      bool
+}
+
+func (n *node) cid() string {
+	n.state.Lock()
+	defer n.state.Unlock()
+	return n.container
+}
+
+func (n *node) isRemoved() bool {
+	n.state.Lock()
+	defer n.state.Unlock()
+	return n.removed
+}
+
+func (n *node) isDisconnected() bool {
+	n.state.Lock()
+	defer n.state.Unlock()
+	return n.disconnected
 }
 
 // Start builds the node image, makes the network, the engines and the
@@ -173,7 +198,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	}
 	var peers []string
 	for i := range n {
-		nd, err := c.newNode(ctx, i, i < cfg.Voters, engines[i])
+		nd, err := c.newNode(ctx, i, i < cfg.Voters, engines[i], "")
 		if err != nil {
 			return c, err
 		}
@@ -188,7 +213,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 		}
 	}
 	for _, nd := range c.nodes {
-		if err := sys.ContainerStart(ctx, nd.container, container.StartOptions{}); err != nil {
+		if err := sys.ContainerStart(ctx, nd.cid(), container.StartOptions{}); err != nil {
 			return c, fmt.Errorf("hosts: start node %d (%s): %w", nd.index, nd.id, err)
 		}
 	}
@@ -247,15 +272,27 @@ func (c *Cluster) startEngines(ctx context.Context, ids []string) ([]*engine.Eng
 	return engines, nil
 }
 
-// newNode sets node i up on this machine: its directory, API client, peer
-// proxy (voters) and Docker socket; the container comes after.
-func (c *Cluster) newNode(ctx context.Context, i int, voter bool, e *engine.Engine) (*node, error) {
-	n := &node{index: i, id: c.nodeID(i), voter: voter, addr: c.net.nodeAddr(i), engine: e}
+// newNode sets node i up on this machine (its directory, API client, peer
+// proxy if a voter, Docker socket) and adds it to the cluster, where
+// Close finds it; its container comes after. join is the API address a
+// replacement joins through.
+func (c *Cluster) newNode(ctx context.Context, i int, voter bool, e *engine.Engine, join string) (_ *node, err error) {
+	n := &node{index: i, id: c.nodeID(i), voter: voter, addr: c.net.nodeAddr(i), engine: e, join: join}
+	defer func() {
+		if err != nil {
+			if n.conn != nil {
+				n.conn.Close()
+			}
+			if n.peer != nil {
+				n.peer.Close()
+			}
+			err = fmt.Errorf("hosts: node %d (%s): %w", i, n.id, err)
+		}
+	}()
 	n.dir = filepath.Join(c.dir, n.id)
 	if err := os.MkdirAll(filepath.Join(n.dir, "data"), 0o700); err != nil {
-		return nil, fmt.Errorf("hosts: node %d (%s): %w", i, n.id, err)
+		return nil, err
 	}
-	var err error
 	// A short reconnect backoff: a restarted or reconnected node should be
 	// reachable as soon as it listens, not after gRPC's default of up to
 	// 2 min.
@@ -266,35 +303,33 @@ func (c *Cluster) newNode(ctx context.Context, i int, voter bool, e *engine.Engi
 			MinConnectTimeout: 2 * time.Second,
 		}))
 	if err != nil {
-		return nil, fmt.Errorf("hosts: node %d (%s): API client: %w", i, n.id, err)
+		return nil, fmt.Errorf("API client: %w", err)
 	}
-	c.mu.Lock()
-	c.nodes = append(c.nodes, n) // Close cleans up from here on
-	c.mu.Unlock()
 	if voter {
 		up := net.JoinHostPort(n.addr.String(), strconv.Itoa(EtcdPeerPort))
-		p, err := tcpproxy.Start(up, tcpproxy.WithListen(net.JoinHostPort(c.net.gateway.String(), "0")), tcpproxy.WithSource(c.sourceOf))
-		if err != nil {
-			return nil, fmt.Errorf("hosts: node %d (%s): peer proxy on %s: %w", i, n.id, c.net.gateway, err)
+		if n.peer, err = tcpproxy.Start(up, tcpproxy.WithListen(net.JoinHostPort(c.net.gateway.String(), "0")), tcpproxy.WithSource(c.sourceOf)); err != nil {
+			return nil, fmt.Errorf("peer proxy on %s: %w", c.net.gateway, err)
 		}
-		c.mu.Lock()
-		n.peer = p
-		for id, d := range c.slow {
-			p.SetSourceLatency(id, d)
-		}
-		c.mu.Unlock()
 	}
 	n.socket = e.Socket()
 	if c.cfg.DockerSocket != nil {
 		s, err := c.cfg.DockerSocket(ctx, NodeInfo{Index: i, ID: n.id, EngineSocket: n.socket})
 		if err != nil {
-			return nil, fmt.Errorf("hosts: node %d (%s): Config.DockerSocket: %w", i, n.id, err)
+			return nil, fmt.Errorf("Config.DockerSocket: %w", err)
 		}
 		if !filepath.IsAbs(s) {
-			return nil, fmt.Errorf("hosts: node %d (%s): Config.DockerSocket gave %q: want an absolute path", i, n.id, s)
+			return nil, fmt.Errorf("Config.DockerSocket gave %q: want an absolute path", s)
 		}
 		n.socket = s
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n.peer != nil {
+		for id, d := range c.slow {
+			n.peer.SetSourceLatency(id, d)
+		}
+	}
+	c.nodes = append(c.nodes, n)
 	return n, nil
 }
 
@@ -405,7 +440,9 @@ func (c *Cluster) createContainer(ctx context.Context, n *node) error {
 	if err != nil {
 		return fmt.Errorf("hosts: create the container of node %d (%s): %w", n.index, n.id, err)
 	}
+	n.state.Lock()
 	n.container = resp.ID
+	n.state.Unlock()
 	return nil
 }
 
@@ -438,12 +475,13 @@ func (c *Cluster) close(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for _, n := range nodes {
-		if n.container == "" {
+		id := n.cid()
+		if id == "" {
 			continue
 		}
 		wg.Go(func() {
-			if info, err := c.sys.ContainerInspect(ctx, n.container); err == nil && info.State.Running {
-				if err := c.sys.ContainerKill(ctx, n.container, "KILL"); err != nil && !client.IsErrNotFound(err) {
+			if info, err := c.sys.ContainerInspect(ctx, id); err == nil && info.State.Running {
+				if err := c.sys.ContainerKill(ctx, id, "KILL"); err != nil && !client.IsErrNotFound(err) {
 					fail(fmt.Errorf("hosts: kill node %d (%s): %w", n.index, n.id, err))
 				}
 			}
@@ -452,7 +490,7 @@ func (c *Cluster) close(ctx context.Context) error {
 					fail(os.WriteFile(filepath.Join(n.dir, "node.log"), b, 0o600))
 				}
 			}
-			if err := c.sys.ContainerRemove(ctx, n.container, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
+			if err := c.sys.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
 				fail(fmt.Errorf("hosts: remove the container of node %d (%s): %w", n.index, n.id, err))
 			}
 		})

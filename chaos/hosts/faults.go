@@ -2,7 +2,6 @@ package hosts
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -20,16 +19,22 @@ import (
 // the peer proxies), safe while traffic runs, and has an undo that leaves
 // the node as it was: same container, data, address and engine.
 
-// live is node i locked for a fault, or ErrRemoved. Call the returned
-// unlock when done.
+// live is node i held for a fault (n.fault), or ErrRemoved. Call the
+// returned unlock when done.
 func (c *Cluster) live(i int) (*node, func(), error) {
 	n := c.node(i)
-	n.mu.Lock()
-	if n.removed {
-		n.mu.Unlock()
+	n.fault.Lock()
+	if n.isRemoved() {
+		n.fault.Unlock()
 		return nil, nil, fmt.Errorf("hosts: node %d (%s): %w", i, n.id, ErrRemoved)
 	}
-	return n, n.mu.Unlock, nil
+	return n, n.fault.Unlock, nil
+}
+
+func (n *node) setDisconnected(v bool) {
+	n.state.Lock()
+	defer n.state.Unlock()
+	n.disconnected = v
 }
 
 // Kill sends SIGKILL to node i's process (docker kill), also when it is
@@ -45,10 +50,10 @@ func (c *Cluster) Kill(ctx context.Context, i int) error {
 }
 
 func (c *Cluster) kill(ctx context.Context, n *node) error {
-	if err := c.sys.ContainerKill(ctx, n.container, "KILL"); err != nil {
+	if err := c.sys.ContainerKill(ctx, n.cid(), "KILL"); err != nil {
 		return fmt.Errorf("hosts: kill node %d (%s): %w", n.index, n.id, err)
 	}
-	wait, errc := c.sys.ContainerWait(ctx, n.container, container.WaitConditionNotRunning)
+	wait, errc := c.sys.ContainerWait(ctx, n.cid(), container.WaitConditionNotRunning)
 	select {
 	case <-wait:
 		return nil
@@ -67,7 +72,7 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 		return err
 	}
 	defer unlock()
-	if err := c.sys.ContainerStart(ctx, n.container, container.StartOptions{}); err != nil {
+	if err := c.sys.ContainerStart(ctx, n.cid(), container.StartOptions{}); err != nil {
 		return fmt.Errorf("hosts: start node %d (%s): %w", i, n.id, err)
 	}
 	n.conn.ResetConnectBackoff()
@@ -84,7 +89,7 @@ func (c *Cluster) Stop(ctx context.Context, i int) error {
 		return err
 	}
 	defer unlock()
-	if err := c.sys.ContainerPause(ctx, n.container); err != nil {
+	if err := c.sys.ContainerPause(ctx, n.cid()); err != nil {
 		return fmt.Errorf("hosts: stop (pause) node %d (%s): %w", i, n.id, err)
 	}
 	return nil
@@ -97,7 +102,7 @@ func (c *Cluster) Resume(ctx context.Context, i int) error {
 		return err
 	}
 	defer unlock()
-	if err := c.sys.ContainerUnpause(ctx, n.container); err != nil {
+	if err := c.sys.ContainerUnpause(ctx, n.cid()); err != nil {
 		return fmt.Errorf("hosts: resume (unpause) node %d (%s): %w", i, n.id, err)
 	}
 	return nil
@@ -114,13 +119,13 @@ func (c *Cluster) Disconnect(ctx context.Context, i int) error {
 		return err
 	}
 	defer unlock()
-	if n.disconnected {
+	if n.isDisconnected() {
 		return fmt.Errorf("hosts: disconnect node %d (%s): it is disconnected already", i, n.id)
 	}
-	if err := c.sys.NetworkDisconnect(ctx, c.net.id, n.container, false); err != nil {
+	if err := c.sys.NetworkDisconnect(ctx, c.net.id, n.cid(), false); err != nil {
 		return fmt.Errorf("hosts: disconnect node %d (%s) from %s: %w", i, n.id, c.net.name, err)
 	}
-	n.disconnected = true
+	n.setDisconnected(true)
 	return nil
 }
 
@@ -131,15 +136,15 @@ func (c *Cluster) Reconnect(ctx context.Context, i int) error {
 		return err
 	}
 	defer unlock()
-	if !n.disconnected {
+	if !n.isDisconnected() {
 		return fmt.Errorf("hosts: reconnect node %d (%s): it is not disconnected", i, n.id)
 	}
-	if err := c.sys.NetworkConnect(ctx, c.net.id, n.container, &network.EndpointSettings{
+	if err := c.sys.NetworkConnect(ctx, c.net.id, n.cid(), &network.EndpointSettings{
 		IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: n.addr.String()},
 	}); err != nil {
 		return fmt.Errorf("hosts: reconnect node %d (%s) to %s at %s: %w", i, n.id, c.net.name, n.addr, err)
 	}
-	n.disconnected = false
+	n.setDisconnected(false)
 	n.conn.ResetConnectBackoff()
 	return nil
 }
@@ -196,6 +201,8 @@ func (c *Cluster) setSlow(i int, d time.Duration) error {
 // with its sandboxes UNKNOWN; forgetting it (`shoal node remove`) is the
 // caller's to do.
 func (c *Cluster) ReplaceMember(ctx context.Context, i int) (int, error) {
+	c.replacing.Lock()
+	defer c.replacing.Unlock()
 	n, unlock, err := c.live(i)
 	if err != nil {
 		return -1, err
@@ -205,17 +212,16 @@ func (c *Cluster) ReplaceMember(ctx context.Context, i int) (int, error) {
 		return -1, fmt.Errorf("hosts: replace member %d (%s): it is a worker, with no member", i, n.id)
 	}
 	t0 := time.Now()
-	var errs []error
-	if info, err := c.sys.ContainerInspect(ctx, n.container); err != nil {
-		errs = append(errs, fmt.Errorf("hosts: replace member %d (%s): inspect: %w", i, n.id, err))
-	} else if info.State.Running {
-		if err := c.kill(ctx, n); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	info, err := c.sys.ContainerInspect(ctx, n.cid())
+	if err != nil {
 		unlock()
-		return -1, err
+		return -1, fmt.Errorf("hosts: replace member %d (%s): inspect: %w", i, n.id, err)
+	}
+	if info.State.Running { // stopped (paused) included
+		if err := c.kill(ctx, n); err != nil {
+			unlock()
+			return -1, err
+		}
 	}
 	tKill := time.Now()
 	via, err := c.removeMember(ctx, n)
@@ -223,7 +229,9 @@ func (c *Cluster) ReplaceMember(ctx context.Context, i int) (int, error) {
 		unlock()
 		return -1, err
 	}
+	n.state.Lock()
 	n.removed = true
+	n.state.Unlock()
 	unlock()
 	c.mu.Lock()
 	delete(c.slow, n.id)
@@ -263,18 +271,17 @@ func (c *Cluster) ReplaceMember(ctx context.Context, i int) (int, error) {
 		}
 		e = es[0]
 	}
-	nn, err := c.newNode(ctx, k, true, e)
+	nn, err := c.newNode(ctx, k, true, e, via.apiAddr())
 	if err != nil {
 		if !e.Shared {
-			e.Close(ctx) // it may not be in c.nodes, where Close would find it
+			e.Close(ctx) // not in c.nodes, where Close would find it
 		}
 		return -1, err
 	}
-	nn.join = via.apiAddr()
 	if err := c.createContainer(ctx, nn); err != nil {
 		return -1, err
 	}
-	if err := c.sys.ContainerStart(ctx, nn.container, container.StartOptions{}); err != nil {
+	if err := c.sys.ContainerStart(ctx, nn.cid(), container.StartOptions{}); err != nil {
 		return -1, fmt.Errorf("hosts: start node %d (%s): %w", k, nn.id, err)
 	}
 	if err := c.WaitServing(ctx, k); err != nil {
@@ -293,7 +300,7 @@ func (c *Cluster) removeMember(ctx context.Context, n *node) (*node, error) {
 		c.mu.Lock()
 		var vias []*node
 		for _, o := range c.nodes {
-			if o.voter && o != n && !o.removed {
+			if o.voter && o != n && !o.isRemoved() {
 				vias = append(vias, o)
 			}
 		}

@@ -24,7 +24,7 @@ func (c *Cluster) WaitServing(ctx context.Context, i int) error {
 	n := c.node(i)
 	var lastErr error
 	for {
-		info, err := c.sys.ContainerInspect(ctx, n.container)
+		info, err := c.sys.ContainerInspect(ctx, n.cid())
 		if err != nil {
 			return fmt.Errorf("hosts: node %d (%s): inspect its container: %w", i, n.id, err)
 		}
@@ -76,20 +76,17 @@ func (c *Cluster) healthy(ctx context.Context, cli *clientv3.Client) error {
 	c.mu.Lock()
 	var live []*node
 	for _, n := range c.nodes {
-		if !n.removed {
+		if !n.isRemoved() {
 			live = append(live, n)
 		}
 	}
 	c.mu.Unlock()
 	var voters []string
 	for _, n := range live {
-		n.mu.Lock()
-		disconnected := n.disconnected
-		n.mu.Unlock()
-		if disconnected {
+		if n.isDisconnected() {
 			return fmt.Errorf("node %d (%s) is disconnected", n.index, n.id)
 		}
-		info, err := c.sys.ContainerInspect(ctx, n.container)
+		info, err := c.sys.ContainerInspect(ctx, n.cid())
 		if err != nil {
 			return fmt.Errorf("node %d (%s): inspect: %w", n.index, n.id, err)
 		}
