@@ -59,6 +59,9 @@ type Cluster struct {
 	net    privateNetwork
 	shared string // why the nodes share the system engine; "" when they do not
 	sysEng *engine.Engine
+	// engines are the private engines started, for Close (a node that
+	// failed to be set up may not hold its own).
+	engines []*engine.Engine
 
 	initialCluster string
 	// replacing serialises ReplaceMember: a new node's index (its id and
@@ -246,7 +249,7 @@ func (c *Cluster) startEngines(ctx context.Context, ids []string) ([]*engine.Eng
 	if !c.cfg.SharedEngine {
 		reason = engine.Unsupported()
 		if reason == "" {
-			engines, err := engine.Start(ctx, c.sys, engine.Options{Images: c.cfg.SandboxImages}, ids...)
+			engines, err := c.startPrivate(ctx, ids...)
 			if err == nil {
 				return engines, nil
 			}
@@ -270,6 +273,18 @@ func (c *Cluster) startEngines(ctx context.Context, ids []string) ([]*engine.Eng
 		engines[i] = c.sysEng
 	}
 	return engines, nil
+}
+
+// startPrivate starts a private engine per id and keeps them for Close.
+func (c *Cluster) startPrivate(ctx context.Context, ids ...string) ([]*engine.Engine, error) {
+	es, err := engine.Start(ctx, c.sys, engine.Options{Images: c.cfg.SandboxImages}, ids...)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.engines = append(c.engines, es...)
+	c.mu.Unlock()
+	return es, nil
 }
 
 // newNode sets node i up on this machine (its directory, API client, peer
@@ -463,6 +478,7 @@ func (c *Cluster) close(ctx context.Context) error {
 	t0 := time.Now()
 	c.mu.Lock()
 	nodes := append([]*node(nil), c.nodes...)
+	engines := append([]*engine.Engine(nil), c.engines...)
 	c.mu.Unlock()
 	var mu sync.Mutex
 	var errs []error
@@ -509,15 +525,13 @@ func (c *Cluster) close(ctx context.Context) error {
 			fail(fmt.Errorf("hosts: remove network %s: %w", c.net.name, err))
 		}
 	}
-	for _, n := range nodes {
-		if n.engine == nil {
-			continue
-		}
-		if n.engine.Shared {
+	if c.shared != "" {
+		for _, n := range nodes {
 			fail(removeLabelled(ctx, c.sys, docker.LabelNode+"="+n.id))
-			continue
 		}
-		wg.Go(func() { fail(n.engine.Close(ctx)) })
+	}
+	for _, e := range engines {
+		wg.Go(func() { fail(e.Close(ctx)) })
 	}
 	wg.Wait()
 	if c.sysEng != nil {

@@ -265,7 +265,7 @@ func (c *Cluster) ReplaceMember(ctx context.Context, i int) (int, error) {
 	if c.shared != "" {
 		e = c.sysEng
 	} else {
-		es, err := engine.Start(ctx, c.sys, engine.Options{Images: c.cfg.SandboxImages}, id)
+		es, err := c.startPrivate(ctx, id)
 		if err != nil {
 			return -1, fmt.Errorf("hosts: replace member %d: the new node's engine: %w", i, err)
 		}
@@ -273,10 +273,7 @@ func (c *Cluster) ReplaceMember(ctx context.Context, i int) (int, error) {
 	}
 	nn, err := c.newNode(ctx, k, true, e, via.apiAddr())
 	if err != nil {
-		if !e.Shared {
-			e.Close(ctx) // not in c.nodes, where Close would find it
-		}
-		return -1, err
+		return -1, err // Close removes the engine
 	}
 	if err := c.createContainer(ctx, nn); err != nil {
 		return -1, err
