@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
@@ -497,7 +498,7 @@ func (c *Cluster) close(ctx context.Context) error {
 		}
 		wg.Go(func() {
 			if info, err := c.sys.ContainerInspect(ctx, id); err == nil && info.State.Running {
-				if err := c.sys.ContainerKill(ctx, id, "KILL"); err != nil && !client.IsErrNotFound(err) {
+				if err := c.sys.ContainerKill(ctx, id, "KILL"); err != nil && !cerrdefs.IsNotFound(err) {
 					fail(fmt.Errorf("hosts: kill node %d (%s): %w", n.index, n.id, err))
 				}
 			}
@@ -506,7 +507,7 @@ func (c *Cluster) close(ctx context.Context) error {
 					fail(os.WriteFile(filepath.Join(n.dir, "node.log"), b, 0o600))
 				}
 			}
-			if err := c.sys.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
+			if err := c.sys.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 				fail(fmt.Errorf("hosts: remove the container of node %d (%s): %w", n.index, n.id, err))
 			}
 		})
@@ -521,7 +522,7 @@ func (c *Cluster) close(ctx context.Context) error {
 		}
 	}
 	if c.net.id != "" {
-		if err := c.sys.NetworkRemove(ctx, c.net.id); err != nil && !client.IsErrNotFound(err) {
+		if err := c.sys.NetworkRemove(ctx, c.net.id); err != nil && !cerrdefs.IsNotFound(err) {
 			fail(fmt.Errorf("hosts: remove network %s: %w", c.net.name, err))
 		}
 	}

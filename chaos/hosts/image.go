@@ -7,15 +7,17 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
+
+	"shoal/internal/engine"
 )
 
 // nodeDockerfile is the node image: the static shoal binary and nothing
@@ -63,7 +65,7 @@ func ensureImage(ctx context.Context, sys *client.Client, tag, binary string, lo
 			return nil
 		}
 		old = info.ID
-	} else if !client.IsErrNotFound(err) {
+	} else if !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("hosts: inspect image %s: %w", tag, err)
 	}
 	t0 := time.Now()
@@ -94,21 +96,8 @@ func ensureImage(ctx context.Context, sys *client.Client, tag, binary string, lo
 		return fmt.Errorf("hosts: build the node image %s: %w", tag, err)
 	}
 	defer resp.Body.Close()
-	// A failed build is a message with an error in the JSON stream, not
-	// an HTTP status.
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var m struct {
-			Error string `json:"error"`
-		}
-		if err := dec.Decode(&m); err == io.EOF {
-			break
-		} else if err != nil {
-			return fmt.Errorf("hosts: build the node image %s: %w", tag, err)
-		}
-		if m.Error != "" {
-			return fmt.Errorf("hosts: build the node image %s: %s", tag, m.Error)
-		}
+	if err := engine.StreamError(resp.Body); err != nil {
+		return fmt.Errorf("hosts: build the node image %s: %w", tag, err)
 	}
 	info, err := sys.ImageInspect(ctx, tag)
 	if err != nil || info.Config == nil || info.Config.Labels[LabelBinary] != want {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"syscall"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
@@ -101,7 +102,7 @@ func sweepStale(ctx context.Context, sys *client.Client, logf func(string, ...an
 		}
 		logf("hosts: removing the leftovers of the dead run %s: %d node containers, %d networks", id, len(r.containers), len(r.networks))
 		for _, c := range r.containers {
-			if err := sys.ContainerRemove(ctx, c, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
+			if err := sys.ContainerRemove(ctx, c, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("hosts: remove node container %.12s of run %s: %w", c, id, err))
 			}
 		}
@@ -111,7 +112,7 @@ func sweepStale(ctx context.Context, sys *client.Client, logf func(string, ...an
 			}
 		}
 		for _, n := range r.networks {
-			if err := sys.NetworkRemove(ctx, n); err != nil && !client.IsErrNotFound(err) {
+			if err := sys.NetworkRemove(ctx, n); err != nil && !cerrdefs.IsNotFound(err) {
 				errs = append(errs, fmt.Errorf("hosts: remove network %.12s of run %s: %w", n, id, err))
 			}
 		}
@@ -156,7 +157,7 @@ func removeLabelled(ctx context.Context, cli *client.Client, label string) error
 	}
 	var errs []error
 	for _, c := range cs {
-		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("hosts: remove container %.12s (%s): %w", c.ID, label, err))
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
@@ -330,21 +331,8 @@ func loadImages(ctx context.Context, cli *client.Client, tar []byte, images []st
 		return fmt.Errorf("load %s: %w", what, err)
 	}
 	defer resp.Body.Close()
-	// The body is a stream of JSON messages; a failed load is one with
-	// an error, not an HTTP status.
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var m struct {
-			Error string `json:"error"`
-		}
-		if err := dec.Decode(&m); err == io.EOF {
-			break
-		} else if err != nil {
-			return fmt.Errorf("load %s: %w", what, err)
-		}
-		if m.Error != "" {
-			return fmt.Errorf("load %s: %s", what, m.Error)
-		}
+	if err := StreamError(resp.Body); err != nil {
+		return fmt.Errorf("load %s: %w", what, err)
 	}
 	for _, img := range images {
 		if _, err := cli.ImageInspect(ctx, img); err != nil {
@@ -352,6 +340,26 @@ func loadImages(ctx context.Context, cli *client.Client, tar []byte, images []st
 		}
 	}
 	return nil
+}
+
+// StreamError reads a Docker JSON message stream (the answer of an image
+// load or build) to its end and returns the first error it carries: a
+// failed load or build says so there, not in its HTTP status.
+func StreamError(r io.Reader) error {
+	dec := json.NewDecoder(r)
+	for {
+		var m struct {
+			Error string `json:"error"`
+		}
+		if err := dec.Decode(&m); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if m.Error != "" {
+			return errors.New(m.Error)
+		}
+	}
 }
 
 // RemoveContainers removes the containers on the engine whose labels
@@ -367,7 +375,7 @@ func (e *Engine) RemoveContainers(ctx context.Context, labels ...string) error {
 	}
 	var errs []error
 	for _, c := range cs {
-		if err := e.Client.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !client.IsErrNotFound(err) {
+		if err := e.Client.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("engine %s: remove %.12s: %w", e.Name, c.ID, err))
 		}
 	}
@@ -393,7 +401,7 @@ func (e *Engine) Close(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, time.Minute)
 			errs = append(errs, e.RemoveContainers(ctx))
 			for _, img := range e.images {
-				if _, err := e.Client.ImageRemove(ctx, img, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !client.IsErrNotFound(err) {
+				if _, err := e.Client.ImageRemove(ctx, img, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
 					errs = append(errs, fmt.Errorf("engine %s: remove %s: %w", e.Name, img, err))
 				}
 			}
