@@ -9,8 +9,9 @@ STATICCHECK_VERSION        := v0.8.2
 
 .PHONY: build run test bench image node-image cluster cluster-down proto lint chaos soak clean
 
+# Static (no cgo): the chaos hosts run the binary in FROM-scratch containers.
 build:
-	$(GO) build -o $(BIN) ./cmd/shoal
+	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/shoal
 
 run: build image
 	$(BIN) node start

@@ -1,10 +1,12 @@
 // Package tcpproxy is a fault-injecting TCP proxy: the chaos suite puts it
-// between a node and etcd to add latency or cut the connection, and the
+// between a node and etcd to add latency or cut the connection, the
 // cluster harness (internal/testenv) puts one in front of each etcd member
-// to partition a host from the rest.
+// to partition a host from the rest, and the chaos hosts (chaos/hosts) put
+// one in front of each voter's peer port to slow one voter's peer traffic.
 package tcpproxy
 
 import (
+	"context"
 	"net"
 	"sync"
 	"time"
@@ -13,14 +15,20 @@ import (
 // Proxy forwards connections from a loopback port to an upstream address.
 type Proxy struct {
 	upstream string
+	listen   string
 	lis      net.Listener
 	source   func(net.Conn) string
+	// closing ends the dials of connections being set up when Close is
+	// called: a dial to an upstream that vanished may hang for seconds.
+	closing context.Context
+	stop    context.CancelFunc
 
-	mu      sync.Mutex
-	latency time.Duration
-	down    bool
-	blocked map[string]bool
-	conns   map[net.Conn]string // both ends of every pipe, by source
+	mu         sync.Mutex
+	latency    time.Duration
+	srcLatency map[string]time.Duration
+	down       bool
+	blocked    map[string]bool
+	conns      map[net.Conn]string // both ends of every pipe, by source
 
 	wg sync.WaitGroup
 }
@@ -36,16 +44,24 @@ func WithSource(f func(accepted net.Conn) string) Option {
 	return func(p *Proxy) { p.source = f }
 }
 
-// Start listens on a free loopback port.
+// WithListen listens on addr (host:port, port 0 for a free one) instead
+// of a free loopback port.
+func WithListen(addr string) Option {
+	return func(p *Proxy) { p.listen = addr }
+}
+
+// Start listens on a free loopback port (or WithListen's address).
 func Start(upstream string, opts ...Option) (*Proxy, error) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &Proxy{upstream: upstream, lis: lis, blocked: map[string]bool{}, conns: map[net.Conn]string{}}
+	p := &Proxy{upstream: upstream, listen: "127.0.0.1:0", blocked: map[string]bool{},
+		srcLatency: map[string]time.Duration{}, conns: map[net.Conn]string{}}
 	for _, o := range opts {
 		o(p)
 	}
+	var err error
+	if p.lis, err = net.Listen("tcp", p.listen); err != nil {
+		return nil, err
+	}
+	p.closing, p.stop = context.WithCancel(context.Background())
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -54,11 +70,32 @@ func Start(upstream string, opts ...Option) (*Proxy, error) {
 // Addr is the proxy's host:port.
 func (p *Proxy) Addr() string { return p.lis.Addr().String() }
 
-// SetLatency delays every forwarded chunk by d.
+// SetLatency delays every forwarded chunk by d, both ways. Chunks are
+// delayed, not spaced: throughput stays what it was.
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.latency = d
+}
+
+// SetSourceLatency delays every chunk of the connections from source (as
+// WithSource names it), both ways, by d on top of SetLatency's; 0 undoes
+// it. It applies to open connections from their next chunk on.
+func (p *Proxy) SetSourceLatency(source string, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d <= 0 {
+		delete(p.srcLatency, source)
+		return
+	}
+	p.srcLatency[source] = d
+}
+
+// latencyOf is the delay of a chunk from a connection of source now.
+func (p *Proxy) latencyOf(source string) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.latency + p.srcLatency[source]
 }
 
 // SetDown cuts every connection and refuses new ones while down.
@@ -126,7 +163,8 @@ func (p *Proxy) serve(c net.Conn) {
 		c.Close()
 		return
 	}
-	up, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	d := net.Dialer{Timeout: 5 * time.Second}
+	up, err := d.DialContext(p.closing, "tcp", p.upstream)
 	if err != nil {
 		c.Close()
 		return
@@ -143,11 +181,24 @@ func (p *Proxy) serve(c net.Conn) {
 	p.conns[c], p.conns[up] = source, source
 	p.mu.Unlock()
 	p.wg.Add(2)
-	go p.pipe(c, up)
-	go p.pipe(up, c)
+	go p.pipe(c, up, source)
+	go p.pipe(up, c, source)
 }
 
-func (p *Proxy) pipe(dst, src net.Conn) {
+// chunk is what one read got, and when it may be written on.
+type chunk struct {
+	buf *[]byte
+	n   int
+	due time.Time
+}
+
+var bufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// pipe copies src to dst through a delay line: this goroutine reads and
+// stamps each chunk with its due time (now + the latency), a writer
+// goroutine writes it once due, so that latency delays chunks without
+// spacing them. When either side ends or is cut both are closed.
+func (p *Proxy) pipe(dst, src net.Conn, source string) {
 	defer p.wg.Done()
 	defer func() {
 		dst.Close()
@@ -157,19 +208,34 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 		delete(p.conns, src)
 		p.mu.Unlock()
 	}()
-	buf := make([]byte, 32<<10)
+	line := make(chan chunk, 64)
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		failed := false
+		for c := range line {
+			if !failed {
+				if d := time.Until(c.due); d > 0 {
+					time.Sleep(d) // injected latency: the fault itself, not synchronisation
+				}
+				if _, err := dst.Write((*c.buf)[:c.n]); err != nil {
+					// Unblock the reader; keep draining so it never
+					// waits on a full line.
+					failed = true
+					src.Close()
+				}
+			}
+			bufs.Put(c.buf)
+		}
+	}()
+	defer func() { close(line); <-written }()
 	for {
-		n, err := src.Read(buf)
+		buf := bufs.Get().(*[]byte)
+		n, err := src.Read(*buf)
 		if n > 0 {
-			p.mu.Lock()
-			d := p.latency
-			p.mu.Unlock()
-			if d > 0 {
-				time.Sleep(d) // injected latency: the fault itself, not synchronisation
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
+			line <- chunk{buf: buf, n: n, due: time.Now().Add(p.latencyOf(source))}
+		} else {
+			bufs.Put(buf)
 		}
 		if err != nil {
 			return // io.EOF or a cut connection: close both sides
@@ -180,6 +246,7 @@ func (p *Proxy) pipe(dst, src net.Conn) {
 // Close stops accepting, cuts every connection and waits for the pipes.
 func (p *Proxy) Close() error {
 	err := p.lis.Close()
+	p.stop()
 	p.mu.Lock()
 	p.down = true // a connection being set up now is refused
 	for c := range p.conns {

@@ -124,3 +124,58 @@ func TestSetBlocked(t *testing.T) {
 		t.Fatalf("after SetDown(false): %v", err)
 	}
 }
+
+// timedRoundTrip is how long a line takes to come back through c.
+func timedRoundTrip(t *testing.T, c net.Conn) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	if err := roundTrip(c); err != nil {
+		t.Fatal(err)
+	}
+	return time.Since(t0)
+}
+
+// SetSourceLatency slows one source's connections, both ways, and no
+// other's; the delay line delays chunks without spacing them, so lines
+// sent back to back come back one latency later, not one each.
+func TestSetSourceLatency(t *testing.T) {
+	p, err := tcpproxy.Start(echo(t), tcpproxy.WithListen("127.0.0.1:0"), tcpproxy.WithSource(func(c net.Conn) string {
+		return c.RemoteAddr().(*net.TCPAddr).IP.String()
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	slow, fast := dialFrom(t, "127.0.0.2", p.Addr()), dialFrom(t, "127.0.0.3", p.Addr())
+	const d = 100 * time.Millisecond
+	p.SetSourceLatency("127.0.0.2", d)
+	if rtt := timedRoundTrip(t, slow); rtt < 2*d {
+		t.Fatalf("round trip of the slowed source: %s, want at least %s (both ways)", rtt, 2*d)
+	}
+	if rtt := timedRoundTrip(t, fast); rtt >= d {
+		t.Fatalf("round trip of another source: %s, want under %s", rtt, d)
+	}
+
+	// Ten lines written at once: one latency each way in all, not ten.
+	slow.SetDeadline(time.Now().Add(5 * time.Second))
+	t0 := time.Now()
+	r := bufio.NewReader(slow)
+	for range 10 {
+		if _, err := slow.Write([]byte("ping\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		if _, err := r.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if el := time.Since(t0); el > 2*d+4*d {
+		t.Fatalf("ten back-to-back lines took %s through a %s delay line: chunks are spaced, not delayed", el, d)
+	}
+
+	p.SetSourceLatency("127.0.0.2", 0)
+	if rtt := timedRoundTrip(t, dialFrom(t, "127.0.0.2", p.Addr())); rtt >= d {
+		t.Fatalf("round trip after undoing the latency: %s, want under %s", rtt, d)
+	}
+}

@@ -16,7 +16,8 @@ var (
 )
 
 // Binary returns the path of the shoal binary: $SHOAL_BIN (set by
-// `make test`), or one built once per test process.
+// `make test`), or one built once per test process (static, as `make
+// build` builds it).
 func Binary(t testing.TB) string {
 	t.Helper()
 	if b := os.Getenv("SHOAL_BIN"); b != "" {
@@ -33,6 +34,9 @@ func Binary(t testing.TB) string {
 		builtBin = filepath.Join(dir, "shoal")
 		cmd := exec.Command("go", "build", "-o", builtBin, "./cmd/shoal")
 		cmd.Dir = root
+		// Static, as `make build` makes it: chaos/hosts runs it in
+		// containers built FROM scratch.
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = &buildError{err, string(out)}
 		}

@@ -26,6 +26,7 @@ import (
 	"shoal/chaos/tcpproxy"
 	"shoal/docker"
 	"shoal/embedetcd"
+	"shoal/internal/proc"
 )
 
 // ClusterConfig shapes a test cluster. The zero value is three nodes with
@@ -94,7 +95,7 @@ type clusterNode struct {
 	join                     string
 
 	mu   sync.Mutex
-	proc *process // nil while not running
+	proc *proc.Process // nil while not running
 }
 
 // StartCluster starts the etcd (or the voters' members), one engine per
@@ -228,9 +229,9 @@ func (c *Cluster) source(conn net.Conn) string {
 	byPID := map[int]string{}
 	var pids []int
 	for _, n := range c.nodes {
-		if p := n.current(); p != nil && !p.exited() {
-			byPID[p.cmd.Process.Pid] = n.id
-			pids = append(pids, p.cmd.Process.Pid)
+		if p := n.current(); p != nil && !p.Exited() {
+			byPID[p.Pid()] = n.id
+			pids = append(pids, p.Pid())
 		}
 	}
 	c.mu.Unlock()
@@ -354,14 +355,14 @@ func (c *Cluster) LogPath(i int) string { return filepath.Join(c.node(i).dir, "n
 // Running reports whether node i's process is alive (stopped counts).
 func (c *Cluster) Running(i int) bool {
 	p := c.node(i).current()
-	return p != nil && !p.exited()
+	return p != nil && !p.Exited()
 }
 
 // Kill sends SIGKILL to node i and waits until it is gone.
 func (c *Cluster) Kill(i int) {
 	c.t.Helper()
 	p := c.running(i)
-	p.kill()
+	p.Kill()
 	c.node(i).setProc(nil)
 	c.t.Logf("testenv: killed node %d (%s)", i, c.ID(i))
 }
@@ -371,10 +372,10 @@ func (c *Cluster) Kill(i int) {
 func (c *Cluster) Shutdown(i int) {
 	c.t.Helper()
 	p := c.running(i)
-	if !p.terminate(30 * time.Second) {
+	if !p.Terminate(30 * time.Second) {
 		c.t.Errorf("node %d (%s) did not stop within 30s of SIGTERM; killed it", i, c.ID(i))
-	} else if p.err != nil {
-		c.t.Errorf("node %d (%s) exited with %v on SIGTERM; log:\n%s", i, c.ID(i), p.err, tail(c.LogPath(i), 20))
+	} else if p.Err() != nil {
+		c.t.Errorf("node %d (%s) exited with %v on SIGTERM; log:\n%s", i, c.ID(i), p.Err(), tail(c.LogPath(i), 20))
 	}
 	c.node(i).setProc(nil)
 }
@@ -383,14 +384,14 @@ func (c *Cluster) Shutdown(i int) {
 // nothing, as a hung host does. Resume undoes it.
 func (c *Cluster) Stop(i int) {
 	c.t.Helper()
-	c.running(i).signal(syscall.SIGSTOP)
+	c.running(i).Signal(syscall.SIGSTOP)
 	c.t.Logf("testenv: stopped node %d (%s)", i, c.ID(i))
 }
 
 // Resume continues a node frozen by Stop (SIGCONT).
 func (c *Cluster) Resume(i int) {
 	c.t.Helper()
-	c.running(i).signal(syscall.SIGCONT)
+	c.running(i).Signal(syscall.SIGCONT)
 	c.t.Logf("testenv: resumed node %d (%s)", i, c.ID(i))
 }
 
@@ -459,8 +460,8 @@ func (c *Cluster) WaitReady(i int) {
 		if p == nil {
 			c.t.Fatalf("node %d (%s) is not running", i, n.id)
 		}
-		if p.exited() {
-			c.t.Fatalf("node %d (%s) exited: %v; log:\n%s", i, n.id, p.err, tail(c.LogPath(i), 30))
+		if p.Exited() {
+			c.t.Fatalf("node %d (%s) exited: %v; log:\n%s", i, n.id, p.Err(), tail(c.LogPath(i), 30))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, lastErr = c.Client(i).ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageSize: 1})
@@ -472,7 +473,7 @@ func (c *Cluster) WaitReady(i int) {
 			c.t.Fatalf("node %d (%s) did not serve within a minute: %v; log:\n%s", i, n.id, lastErr, tail(c.LogPath(i), 30))
 		}
 		select {
-		case <-p.done:
+		case <-p.Done():
 		case <-time.After(50 * time.Millisecond): // poll interval
 		}
 	}
@@ -487,17 +488,17 @@ func (c *Cluster) node(i int) *clusterNode {
 }
 
 // running is node i's live process, or fails the test.
-func (c *Cluster) running(i int) *process {
+func (c *Cluster) running(i int) *proc.Process {
 	c.t.Helper()
 	p := c.node(i).current()
-	if p == nil || p.exited() {
+	if p == nil || p.Exited() {
 		c.t.Fatalf("node %d (%s) is not running", i, c.ID(i))
 	}
 	return p
 }
 
-func (n *clusterNode) current() *process  { n.mu.Lock(); defer n.mu.Unlock(); return n.proc }
-func (n *clusterNode) setProc(p *process) { n.mu.Lock(); defer n.mu.Unlock(); n.proc = p }
+func (n *clusterNode) current() *proc.Process  { n.mu.Lock(); defer n.mu.Unlock(); return n.proc }
+func (n *clusterNode) setProc(p *proc.Process) { n.mu.Lock(); defer n.mu.Unlock(); n.proc = p }
 
 // args are node i's `shoal node start` flags: a worker's etcd endpoints,
 // or a voter's member (listen URLs, its proxies as the advertised ones, and
@@ -558,7 +559,7 @@ func (c *Cluster) start(i int) {
 	}
 	// SIGKILL if the test process dies: a node must not outlive its test.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	p, err := startProcess(cmd)
+	p, err := proc.Start(cmd)
 	if err != nil {
 		c.t.Fatalf("start node %d: %v", i, err)
 	}
@@ -599,7 +600,7 @@ func (c *Cluster) shutdownNow() {
 			continue
 		}
 		wg.Go(func() {
-			if !p.terminate(grace) {
+			if !p.Terminate(grace) {
 				c.t.Logf("cleanup: node %d (%s) did not stop within %s of SIGTERM; killed it", i, n.id, grace)
 			}
 			n.setProc(nil)

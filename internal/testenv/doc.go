@@ -6,7 +6,8 @@
 //     skip (a failure with SHOAL_REQUIRE_DOCKER=1).
 //   - StartNode: an in-process node on its own embedded etcd (node.go).
 //   - Binary: the shoal binary, $SHOAL_BIN or built once (binary.go).
-//   - StartEngines: a private Docker engine per name (engine.go).
+//   - StartEngines: a private Docker engine per name (engine.go, on
+//     package internal/engine).
 //   - StartCluster: a multi-host cluster in one machine (cluster.go).
 //
 // # Cluster harness
