@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -146,3 +147,166 @@ func TestNoFreezeIsCaught(t *testing.T) {
 	}
 }
 
+// Placement without its compares. no-capacity: a burst of concurrent
+// creates onto two nodes of one slot each; without the slot compare more
+// than one lands on a node, caught as invariant 13. no-registry-compare:
+// creates aimed at a node while it stops gracefully (which revokes its
+// lease at once); without the registry compare a create whose placement
+// read the node Ready commits after the revoke, caught as invariant 14. A
+// healthy cluster passes the same steps. Each race is tried a few times.
+func TestBrokenPlacementIsCaught(t *testing.T) {
+	testenv.RequireDocker(t)
+	broken := buildShoal(t, "chaosbreak")
+	for _, tc := range []struct {
+		mode, invariant string
+		args            []string
+		attempts        int
+		attempt         func(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, i int)
+	}{
+		{"no-capacity", "13-within-capacity", []string{"--max-sandboxes", "1"}, 3, capacityBurst},
+		{"no-registry-compare", "14-placed-on-ready-node", nil, 6, createsAtStop},
+	} {
+		for _, healthy := range []bool{true, false} {
+			name := tc.mode
+			bin, env := broken, []string{"SHOAL_CHAOS_BREAK=" + tc.mode}
+			if healthy {
+				name, bin, env = "healthy-"+tc.mode, testenv.Binary(t), nil
+			}
+			t.Run(name, func(t *testing.T) {
+				c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 2, Binary: bin, Env: env,
+					Args: append([]string{"--node-ttl", breakNodeTTL.String()}, tc.args...)})
+				cs, stop := sampled(t, c)
+				for i := range tc.attempts {
+					tc.attempt(t, c, cs, i)
+					var inv []string
+					for _, v := range cs.Keyspace.Violations(name) {
+						inv = append(inv, v.Invariant)
+					}
+					f := cs.Keyspace.Figures()
+					t.Logf("attempt %d: %d creates seen, most placed per node %v, %d violation(s)", i+1, f.Creates, f.MaxPlaced, len(inv))
+					if !healthy && slices.Contains(inv, tc.invariant) {
+						for _, v := range cs.Keyspace.Violations(name) {
+							t.Logf("[%s] %s", v.Invariant, v.Detail)
+						}
+						return
+					}
+					if healthy && len(inv) > 0 {
+						t.Fatalf("violations on a healthy cluster: %v", cs.Keyspace.Violations(name))
+					}
+				}
+				stop()
+				if !healthy {
+					t.Fatalf("SHOAL_CHAOS_BREAK=%s was not caught as %s in %d attempts", tc.mode, tc.invariant, tc.attempts)
+				}
+				if v := cs.Engines.Violations(name); len(v) > 0 {
+					t.Fatalf("violations on a healthy cluster: %v", v)
+				}
+			})
+		}
+	}
+}
+
+// createBurst sends n creates at once through node 0 and waits for all;
+// it returns how many succeeded.
+func createBurst(t *testing.T, c *testenv.Cluster, n int, name func(int) string, node string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	ok := 0
+	start := make(chan struct{})
+	for k := range n {
+		wg.Go(func() {
+			<-start
+			_, err := c.Client(k%c.Len()).CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{
+				Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: name(k)}, Spec: &shoalv1.SandboxSpec{Node: node}}})
+			if err == nil {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	return ok
+}
+
+// capacityBurst: 8 creates at once onto two nodes of one slot each, after
+// the last attempt's sandboxes are deleted.
+func capacityBurst(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, i int) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if i > 0 {
+		page, err := c.Client(0).ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sb := range page.Items {
+			if _, err := c.Client(0).DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: sb.Meta.Name, Wait: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	n := createBurst(t, c, 8, func(k int) string { return fmt.Sprintf("cap%d-%d", i, k) }, "")
+	t.Logf("attempt %d: %d of 8 creates succeeded onto 2 nodes of 1 slot each", i+1, n)
+}
+
+// createsAtStop: 16 clients create sandboxes on node 1 (started again
+// after the first attempt) in a loop while it stops gracefully, until 32
+// creates were sent after the watch saw its registry key go.
+func createsAtStop(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, i int) {
+	const victim = 1
+	node := c.ID(victim)
+	if i > 0 {
+		c.Restart(victim)
+		waitUntil(t, 30*time.Second, "the node registered again", func() bool { p, _ := regState(cs, node); return p })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		ok, bad  int
+		after    int       // creates sent after gone
+		gone     time.Time // when the watch saw the key go
+		firstErr error
+	)
+	hctx, stopHammer := context.WithCancel(ctx)
+	for k := range 16 {
+		wg.Go(func() {
+			for seq := 0; hctx.Err() == nil; seq++ {
+				mu.Lock()
+				if !gone.IsZero() {
+					after++
+				}
+				mu.Unlock()
+				_, err := c.Client(0).CreateSandbox(hctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{
+					Meta: &shoalv1.ObjectMeta{Name: fmt.Sprintf("r%d-%d-%d", i, k, seq)}, Spec: &shoalv1.SandboxSpec{Node: node}}})
+				mu.Lock()
+				if err == nil {
+					ok++
+				} else if hctx.Err() == nil {
+					bad++
+					if firstErr == nil {
+						firstErr = err
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	// Let the creates get going, then stop the node under them.
+	waitUntil(t, 30*time.Second, "creates landing on the node", func() bool { mu.Lock(); defer mu.Unlock(); return ok >= 16 })
+	c.Shutdown(victim) // revokes its lease before it exits
+	waitUntil(t, 30*time.Second, "the node's registry key gone", func() bool { p, _ := regState(cs, node); return !p })
+	_, at := regState(cs, node)
+	mu.Lock()
+	gone = at
+	mu.Unlock()
+	waitUntil(t, 30*time.Second, "32 creates sent after the revoke", func() bool { mu.Lock(); defer mu.Unlock(); return after >= 32 })
+	stopHammer()
+	wg.Wait()
+	t.Logf("attempt %d: %d creates on %s succeeded, %d refused (first: %v)", i+1, ok, node, bad, firstErr)
+}

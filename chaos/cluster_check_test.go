@@ -322,9 +322,9 @@ func TestConvergenceGaps(t *testing.T) {
 		t.Fatalf("clean state: %q", g)
 	}
 	for _, tc := range []struct {
-		name  string
+		name   string
 		break_ func(*convergenceState)
-		want  string
+		want   string
 	}{
 		{"node not ready", func(s *convergenceState) { delete(s.ready, "n2") }, "node n2 is not Ready"},
 		{"learner", func(s *convergenceState) { s.members[1].learner = true }, "etcd member n2 is still a learner"},
@@ -333,10 +333,14 @@ func TestConvergenceGaps(t *testing.T) {
 		{"unknown", func(s *convergenceState) { s.sandboxes[0].Status.Phase = shoalv1.SandboxPhase_UNKNOWN }, "sandbox default/a is UNKNOWN"},
 		{"deleting", func(s *convergenceState) { s.sandboxes[1].Meta.DeletionTimestamp = timestamppb.Now() }, "sandbox default/b is still being deleted"},
 		{"provisioning", func(s *convergenceState) { s.sandboxes[2].Status.Phase = shoalv1.SandboxPhase_PROVISIONING }, "sandbox default/c is PROVISIONING"},
-		{"orphan", func(s *convergenceState) { s.containers = append(s.containers, engineContainer{"n2", ctr("x1", "n2", "ux", "running")}) }, "container x1 (uid ux, labelled node n2) on the engine of node n2 has no sandbox record"},
+		{"orphan", func(s *convergenceState) {
+			s.containers = append(s.containers, engineContainer{"n2", ctr("x1", "n2", "ux", "running")})
+		}, "container x1 (uid ux, labelled node n2) on the engine of node n2 has no sandbox record"},
 		{"wrong engine", func(s *convergenceState) { s.containers[1].engine = "n1" }, "belongs to sandbox default/b of node n2"},
 		{"missing container", func(s *convergenceState) { s.containers = s.containers[:1] }, "sandbox default/b (STOPPED) has 0 containers"},
-		{"two containers", func(s *convergenceState) { s.containers = append(s.containers, engineContainer{"n1", ctr("a2", "n1", "ua", "exited")}) }, "sandbox default/a (READY) has 2 containers"},
+		{"two containers", func(s *convergenceState) {
+			s.containers = append(s.containers, engineContainer{"n1", ctr("a2", "n1", "ua", "exited")})
+		}, "sandbox default/a (READY) has 2 containers"},
 		{"paused", func(s *convergenceState) { s.containers[0].c.State = "paused" }, "of sandbox default/a is paused"},
 		{"stray attach key", func(s *convergenceState) { s.attach[0].UID = "old" }, "attach key default/p/a (uid old) is held by no sandbox"},
 		{"release key left", func(s *convergenceState) { s.attach[0].Releasing = true }, "release key default/p/a is left"},
