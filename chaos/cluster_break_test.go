@@ -3,16 +3,20 @@ package chaos_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/client"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/chaos"
 	"shoal/internal/testenv"
+	"shoal/lease"
 )
 
 // The cluster checkers fail on a cluster whose binary breaks the guarantee
@@ -309,4 +313,102 @@ func createsAtStop(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, i
 	stopHammer()
 	wg.Wait()
 	t.Logf("attempt %d: %d creates on %s succeeded, %d refused (first: %v)", i+1, ok, node, bad, firstErr)
+}
+
+// A deposed leader's writes. Both clusters run deaf-leader: a leader that
+// lost its lease does not notice, and only a failed fenced write ends its
+// term. The leader is stopped (SIGSTOP) until the other node leads, the
+// other is stopped in turn, the deaf one resumed, and sandboxes of its own
+// deleted: it removes them under its old fence. With the fence compare its
+// first removal is refused, it campaigns again and removes them under a
+// new term: invariant 7 holds. With unfenced-leader too, its removals land
+// under the fence of a term that is over, and invariant 7 (10 across
+// hosts) catches every one of them.
+func TestUnfencedLeaderIsCaught(t *testing.T) {
+	testenv.RequireDocker(t)
+	broken := buildShoal(t, "chaosbreak")
+	for _, tc := range []struct {
+		modes  string
+		caught bool
+	}{
+		{"deaf-leader", false},
+		{"deaf-leader,unfenced-leader", true},
+	} {
+		t.Run(tc.modes, func(t *testing.T) {
+			c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 2, Binary: broken, Env: []string{"SHOAL_CHAOS_BREAK=" + tc.modes},
+				Args: []string{"--node-ttl", breakNodeTTL.String(), "--log-format", "json"}})
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			leader := func() string {
+				term, ok, err := lease.Current(ctx, c.Etcd(), "/shoal/leader/", "/shoal/cluster/leader")
+				if err != nil || !ok {
+					return ""
+				}
+				return term.Node
+			}
+			waitUntil(t, 30*time.Second, "a leader", func() bool { return leader() != "" })
+			li := 0
+			if leader() == c.ID(1) {
+				li = 1
+			}
+			oi := 1 - li
+			names := []string{"u0", "u1", "u2"}
+			for _, name := range names {
+				if _, err := c.Client(li).CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true,
+					Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: name}, Spec: &shoalv1.SandboxSpec{Node: c.ID(li)}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start, err := c.Etcd().Get(ctx, "/shoal/cluster/id")
+			if err != nil {
+				t.Fatal(err)
+			}
+			from := start.Header.Revision
+
+			c.Stop(li)
+			waitUntil(t, 30*time.Second, "the other node leading", func() bool { return leader() == c.ID(oi) })
+			c.Stop(oi)
+			c.Resume(li)
+			for _, name := range names {
+				if _, err := c.Client(li).DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: name}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitUntil(t, 60*time.Second, "the sandboxes removed", func() bool {
+				r, err := c.Etcd().Get(ctx, "/shoal/sandboxes/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+				return err == nil && r.Count == 0
+			})
+			c.Resume(oi)
+
+			v, n, err := chaos.CheckFencedWrites(ctx, c.Etcd(), tc.modes, []string{c.LogPath(0), c.LogPath(1)}, from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%d fenced writes checked, %d violation(s)", n, len(v))
+			for _, x := range v {
+				t.Logf("[%s] %s", x.Invariant, x.Detail)
+			}
+			if n < len(names) {
+				t.Fatalf("%d fenced writes logged; want at least the %d removals", n, len(names))
+			}
+			if !tc.caught {
+				// The compare did refuse the deaf leader: its term ended on it.
+				b, err := os.ReadFile(c.LogPath(li))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(string(b), "fenced out; stopping leader loops") {
+					t.Fatal("the deaf leader's log shows no refused fenced write: the race was not run")
+				}
+			}
+			if got := len(v) > 0; got != tc.caught {
+				t.Fatalf("SHOAL_CHAOS_BREAK=%s: violations %v, want caught=%v", tc.modes, v, tc.caught)
+			}
+			for _, x := range v {
+				if x.Invariant != "7-no-fenced-out-write" {
+					t.Fatalf("invariant %s", x.Invariant)
+				}
+			}
+		})
+	}
 }
