@@ -10,11 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/chaos"
+	"shoal/docker"
 	"shoal/internal/testenv"
 	"shoal/lease"
 )
@@ -410,5 +412,84 @@ func TestUnfencedLeaderIsCaught(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Convergence on a real cluster of three voters: after creates and deletes
+// (with a provider) it converges; with a node cut off (a partition of its
+// host, member included) and a container behind shoal's back it does not,
+// and says what is missing; healed and cleaned, it converges again.
+func TestConvergenceOnCluster(t *testing.T) {
+	testenv.RequireDocker(t)
+	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3, Voters: 3, OrphanGrace: time.Hour,
+		Args: []string{"--node-ttl", breakNodeTTL.String()}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	engines := map[string]*client.Client{}
+	for i := range c.Len() {
+		engines[c.ID(i)] = c.Engine(i).Client
+	}
+	cfg := chaos.ConvergenceConfig{Etcd: c.Etcd(), Prefix: "/shoal", Engines: engines, Bound: 30 * time.Second}
+	api := c.Client(0)
+	if _, err := api.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{
+		Meta: &shoalv1.ObjectMeta{Name: "p"}, Type: shoalv1.ProviderType_GENERIC, Credentials: map[string]string{"K": "v"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"a", "b", "c"} {
+		if _, err := api.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
+			Meta: &shoalv1.ObjectMeta{Name: name}, Spec: &shoalv1.SandboxSpec{Node: c.ID(i), Providers: []string{"p"}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := api.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	v, fig := chaos.CheckConvergence(ctx, "healthy", cfg)
+	t.Logf("converged %v after %s (%d polls)", fig.Converged, fig.After.Round(time.Millisecond), fig.Polls)
+	if len(v) > 0 || !fig.Converged {
+		t.Fatalf("a healthy cluster did not converge: %v", v)
+	}
+
+	// A container of no sandbox on node 0's engine, and node 2 cut off.
+	stray, err := c.Engine(0).Client.ContainerCreate(ctx, &container.Config{Image: docker.DefaultImage, Labels: map[string]string{
+		docker.LabelManaged: "true", docker.LabelNode: c.ID(0), docker.LabelUID: "stray"}}, &container.HostConfig{NetworkMode: "none"}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.CutOff(2)
+	cfg.Bound = 4 * breakNodeTTL // past the lease and the loss being recorded
+	v, fig = chaos.CheckConvergence(ctx, "cut", cfg)
+	var details []string
+	for _, x := range v {
+		if x.Invariant != "12-converged" {
+			t.Fatalf("invariant %s", x.Invariant)
+		}
+		details = append(details, x.Detail)
+	}
+	all := strings.Join(details, "\n")
+	t.Logf("not converged, as it should not:\n%s", all)
+	for _, want := range []string{
+		"node " + c.ID(2) + " is not Ready",
+		"etcd member " + c.ID(2) + " (",
+		"sandbox default/c is UNKNOWN",
+		"(uid stray, labelled node " + c.ID(0) + ") on the engine of node " + c.ID(0) + " has no sandbox record",
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("unmet conditions lack %q", want)
+		}
+	}
+	if fig.Converged {
+		t.Fatal("converged with a node cut off")
+	}
+
+	c.Heal(2)
+	if err := c.Engine(0).Client.ContainerRemove(ctx, stray.ID, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Bound = 30 * time.Second
+	v, fig = chaos.CheckConvergence(ctx, "healed", cfg)
+	t.Logf("healed: converged %v after %s", fig.Converged, fig.After.Round(time.Millisecond))
+	if len(v) > 0 {
+		t.Fatalf("did not converge after the heal: %v", v)
 	}
 }

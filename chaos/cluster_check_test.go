@@ -354,3 +354,22 @@ func TestConvergenceGaps(t *testing.T) {
 		}
 	}
 }
+
+func TestLiveness(t *testing.T) {
+	l := NewLiveness()
+	l.Down("n1", at(time.Second)) // SIGSTOP
+	l.Down("n1", at(2*time.Second))
+	l.Up("n1", at(3*time.Second)) // SIGCONT
+	l.Up("n1", at(4*time.Second))
+	l.Down("n1", at(5*time.Second)) // SIGKILL
+	l.Up("n1", at(6*time.Second))   // restarted
+	l.Up("n2", at(time.Second))     // never down: one open window from then
+	w := l.Windows()
+	want := []Window{{To: at(time.Second)}, {From: at(3 * time.Second), To: at(5 * time.Second)}, {From: at(6 * time.Second)}}
+	if fmt.Sprint(w["n1"]) != fmt.Sprint(want) {
+		t.Fatalf("n1: %v, want %v", w["n1"], want)
+	}
+	if _, ok := w["n3"]; ok {
+		t.Fatal("a node never reported has windows")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -213,4 +214,54 @@ func fenceEpisode(node string, gone absence, w Window, in FencingInput) (FenceEp
 		}
 	}
 	return ep, late, true
+}
+
+// Liveness records when each node's process ran, for FencingInput.Alive:
+// the faults call Down just before they SIGKILL, SIGSTOP or SIGTERM a
+// node, and Up once it is started again or sent SIGCONT. A node never
+// reported down ran throughout. It is safe for concurrent use.
+type Liveness struct {
+	mu      sync.Mutex
+	windows map[string][]Window
+}
+
+// NewLiveness returns an empty record: every node running.
+func NewLiveness() *Liveness { return &Liveness{windows: map[string][]Window{}} }
+
+// Down: node's process stops running at at (killed, stopped or shut down).
+func (l *Liveness) Down(node string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ws := l.windows[node]
+	switch {
+	case len(ws) == 0:
+		ws = []Window{{To: at}} // it ran from the beginning
+	case ws[len(ws)-1].To.IsZero():
+		ws[len(ws)-1].To = at
+	default:
+		return // down already
+	}
+	l.windows[node] = ws
+}
+
+// Up: node's process runs again from at (started, or sent SIGCONT).
+func (l *Liveness) Up(node string, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ws := l.windows[node]
+	if len(ws) > 0 && ws[len(ws)-1].To.IsZero() {
+		return // running already
+	}
+	l.windows[node] = append(ws, Window{From: at})
+}
+
+// Windows is the record so far, for FencingInput.Alive.
+func (l *Liveness) Windows() map[string][]Window {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(map[string][]Window, len(l.windows))
+	for id, ws := range l.windows {
+		out[id] = append([]Window(nil), ws...)
+	}
+	return out
 }
