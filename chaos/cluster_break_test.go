@@ -29,6 +29,16 @@ import (
 // defaults to it.
 const breakNodeTTL = 2 * time.Second
 
+// TestClusterBreaksAreCaught builds one chaosbreak binary for all the
+// breaks below.
+func TestClusterBreaksAreCaught(t *testing.T) {
+	testenv.RequireDocker(t)
+	broken := buildShoal(t, "chaosbreak")
+	t.Run("no-freeze", func(t *testing.T) { noFreezeIsCaught(t, broken) })
+	t.Run("placement", func(t *testing.T) { brokenPlacementIsCaught(t, broken) })
+	t.Run("unfenced-leader", func(t *testing.T) { unfencedLeaderIsCaught(t, broken) })
+}
+
 // waitUntil polls cond every 20ms until it holds, or fails the test.
 func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -41,7 +51,8 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 	}
 }
 
-// sampled starts a ClusterSampler over c and returns it with its stop
+// sampled starts a ClusterSampler over c and returns it with its stop,
+// which first waits until the keyspace watch has seen every change so far
 // (idempotent; also run at cleanup).
 func sampled(t *testing.T, c *testenv.Cluster) (*chaos.ClusterSampler, func()) {
 	t.Helper()
@@ -56,7 +67,16 @@ func sampled(t *testing.T, c *testenv.Cluster) (*chaos.ClusterSampler, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = cs.Run(ctx) })
-	stop := func() { cancel(); wg.Wait() }
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			if !t.Failed() {
+				syncSampler(t, cs)
+			}
+			cancel()
+			wg.Wait()
+		})
+	}
 	t.Cleanup(stop)
 	select {
 	case <-cs.Ready():
@@ -64,6 +84,16 @@ func sampled(t *testing.T, c *testenv.Cluster) (*chaos.ClusterSampler, func()) {
 		t.Fatal("the keyspace watch did not start within 30s")
 	}
 	return cs, stop
+}
+
+// syncSampler waits until the keyspace watch has seen every change so far.
+func syncSampler(t *testing.T, cs *chaos.ClusterSampler) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cs.Sync(ctx); err != nil {
+		t.Errorf("the keyspace watch did not catch up: %v", err)
+	}
 }
 
 func lastSample(cs *chaos.ClusterSampler, node string) chaos.NodeSample {
@@ -86,9 +116,7 @@ func regState(cs *chaos.ClusterSampler, node string) (present bool, at time.Time
 // A node cut off from etcd while its sandboxes run: a healthy node pauses
 // them once its lease is gone, and invariant 9 holds; a node built with
 // no-freeze runs them on, and invariant 9 catches it.
-func TestNoFreezeIsCaught(t *testing.T) {
-	testenv.RequireDocker(t)
-	broken := buildShoal(t, "chaosbreak")
+func noFreezeIsCaught(t *testing.T, broken string) {
 	for _, tc := range []struct {
 		name   string
 		bin    string
@@ -160,14 +188,12 @@ func TestNoFreezeIsCaught(t *testing.T) {
 // lease at once); without the registry compare a create whose placement
 // read the node Ready commits after the revoke, caught as invariant 14. A
 // healthy cluster passes the same steps. Each race is tried a few times.
-func TestBrokenPlacementIsCaught(t *testing.T) {
-	testenv.RequireDocker(t)
-	broken := buildShoal(t, "chaosbreak")
+func brokenPlacementIsCaught(t *testing.T, broken string) {
 	for _, tc := range []struct {
 		mode, invariant string
 		args            []string
 		attempts        int
-		attempt         func(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, i int)
+		attempt         func(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, live *chaos.Liveness, i int)
 	}{
 		{"no-capacity", "13-within-capacity", []string{"--max-sandboxes", "1"}, 3, capacityBurst},
 		{"no-registry-compare", "14-placed-on-ready-node", nil, 6, createsAtStop},
@@ -182,6 +208,7 @@ func TestBrokenPlacementIsCaught(t *testing.T) {
 				c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 2, Binary: bin, Env: env,
 					Args: append([]string{"--node-ttl", breakNodeTTL.String()}, tc.args...)})
 				cs, stop := sampled(t, c)
+				live := chaos.NewLiveness()
 				attempts := tc.attempts
 				if healthy {
 					// The broken build is caught on its first attempt as a
@@ -190,7 +217,8 @@ func TestBrokenPlacementIsCaught(t *testing.T) {
 					attempts = min(attempts, 2)
 				}
 				for i := range attempts {
-					tc.attempt(t, c, cs, i)
+					tc.attempt(t, c, cs, live, i)
+					syncSampler(t, cs)
 					var inv []string
 					for _, v := range cs.Keyspace.Violations(name) {
 						inv = append(inv, v.Invariant)
@@ -211,7 +239,9 @@ func TestBrokenPlacementIsCaught(t *testing.T) {
 				if !healthy {
 					t.Fatalf("SHOAL_CHAOS_BREAK=%s was not caught as %s in %d attempts", tc.mode, tc.invariant, attempts)
 				}
-				if v := cs.Engines.Violations(name); len(v) > 0 {
+				// A graceful stop leaves containers running by design: the
+				// stops are in live.
+				if v := cs.Check(name, live.Windows(), breakNodeTTL).Violations; len(v) > 0 {
 					t.Fatalf("violations on a healthy cluster: %v", v)
 				}
 			})
@@ -248,7 +278,7 @@ func createBurst(t *testing.T, c *testenv.Cluster, n int, name func(int) string,
 
 // capacityBurst: 8 creates at once onto two nodes of one slot each, after
 // the last attempt's sandboxes are deleted.
-func capacityBurst(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, i int) {
+func capacityBurst(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, live *chaos.Liveness, i int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if i > 0 {
@@ -269,10 +299,11 @@ func capacityBurst(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, i
 // createsAtStop: 16 clients create sandboxes on node 1 (started again
 // after the first attempt) in a loop while it stops gracefully, until 32
 // creates were sent after the watch saw its registry key go.
-func createsAtStop(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, i int) {
+func createsAtStop(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, live *chaos.Liveness, i int) {
 	const victim = 1
 	node := c.ID(victim)
 	if i > 0 {
+		live.Up(node, time.Now())
 		c.Restart(victim)
 		waitUntil(t, 30*time.Second, "the node registered again", func() bool { p, _ := regState(cs, node); return p })
 	}
@@ -312,6 +343,7 @@ func createsAtStop(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, i
 	}
 	// Let the creates get going, then stop the node under them.
 	waitUntil(t, 30*time.Second, "creates landing on the node", func() bool { mu.Lock(); defer mu.Unlock(); return ok >= 16 })
+	live.Down(node, time.Now())
 	c.Shutdown(victim) // revokes its lease before it exits
 	waitUntil(t, 30*time.Second, "the node's registry key gone", func() bool { p, _ := regState(cs, node); return !p })
 	_, at := regState(cs, node)
@@ -333,9 +365,7 @@ func createsAtStop(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, i
 // new term: invariant 7 holds. With unfenced-leader too, its removals land
 // under the fence of a term that is over, and invariant 7 (10 across
 // hosts) catches every one of them.
-func TestUnfencedLeaderIsCaught(t *testing.T) {
-	testenv.RequireDocker(t)
-	broken := buildShoal(t, "chaosbreak")
+func unfencedLeaderIsCaught(t *testing.T, broken string) {
 	for _, tc := range []struct {
 		modes  string
 		caught bool

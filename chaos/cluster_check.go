@@ -44,9 +44,11 @@ type ClusterSamplerConfig struct {
 //	cs := NewClusterSampler(cfg)
 //	wg.Go(func() { _ = cs.Run(tctx) })    // beside the traffic, until it stops
 //	<-cs.Ready()                          // before the first fault
-//	... traffic and faults; the faults record each node's Windows ...
-//	wg.Wait()
-//	res := cs.Check(name, alive, margin)  // violations and figures
+//	... traffic and faults; the faults record each node's process in a
+//	... Liveness (Down before SIGKILL/SIGSTOP/SIGTERM, Up after start/SIGCONT)
+//	_ = cs.Sync(ctx)                      // the watch has seen everything
+//	stop(); wg.Wait()
+//	res := cs.Check(name, live.Windows(), margin)  // violations and figures
 //
 // Run it through the quiet period too (until CheckConvergence returns) to
 // hold the nodes' coming back to the same invariants.
@@ -69,6 +71,10 @@ func NewClusterSampler(cfg ClusterSamplerConfig) (*ClusterSampler, error) {
 // Ready is closed once the keyspace watch runs (the engine sampler needs
 // no start).
 func (s *ClusterSampler) Ready() <-chan struct{} { return s.Keyspace.Ready() }
+
+// Sync waits until the keyspace watch has seen every change committed
+// before the call (KeyspaceWatch.Sync): call it before stopping Run.
+func (s *ClusterSampler) Sync(ctx context.Context) error { return s.Keyspace.Sync(ctx) }
 
 // Run runs both samplers until ctx ends and waits for them.
 func (s *ClusterSampler) Run(ctx context.Context) error {

@@ -81,7 +81,15 @@ func TestKeyspaceWatchAgainstEtcd(t *testing.T) {
 	if _, err := st.CreateSandboxOn(ctx, mk("b"), store.Placement{}, ""); shoal.KindOf(err) != shoal.KindFailedPrecondition {
 		t.Fatalf("second create on a full node: %v", err)
 	}
-	waitFor(t, 10*time.Second, "the create seen", func() bool { return w.Figures().Creates == 1 })
+	// Sync: every change so far is applied, with nothing else to wait for.
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	defer scancel()
+	if err := w.Sync(sctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := w.Figures().Creates; n != 1 {
+		t.Fatalf("%d creates seen after Sync, want 1", n)
+	}
 	if v := w.Violations("x"); len(v) != 0 {
 		t.Fatalf("placement through the store: %v", v)
 	}

@@ -53,6 +53,8 @@ type KeyspaceWatch struct {
 	ready  chan struct{}
 
 	mu         sync.Mutex
+	wctx       context.Context // the open watch's, for progress requests
+	progress   int64           // every change up to this revision is applied
 	st         ksState
 	pending    int64 // the revision applied but not yet checked
 	creates    []ksCreate
@@ -143,6 +145,9 @@ func (w *KeyspaceWatch) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 		ch := w.cli.Watch(wctx, w.rangeStart(), clientv3.WithRange(w.rangeEnd()), clientv3.WithRev(rev+1))
+		w.mu.Lock()
+		w.wctx = wctx
+		w.mu.Unlock()
 		for resp := range ch {
 			if err := resp.Err(); err != nil {
 				if errors.Is(err, rpctypes.ErrCompacted) {
@@ -151,6 +156,12 @@ func (w *KeyspaceWatch) Run(ctx context.Context) error {
 					}
 				}
 				break
+			}
+			if resp.IsProgressNotify() {
+				w.mu.Lock()
+				w.progress = max(w.progress, resp.Header.Revision)
+				w.mu.Unlock()
+				continue
 			}
 			rev = max(rev, w.deliver(resp.Events))
 		}
@@ -212,6 +223,7 @@ func (w *KeyspaceWatch) resync(ctx context.Context, first bool) (int64, error) {
 	}
 	w.pending = resp.Header.Revision
 	w.fig.Revision = resp.Header.Revision
+	w.progress = max(w.progress, resp.Header.Revision)
 	return resp.Header.Revision, nil
 }
 
@@ -237,7 +249,35 @@ func (w *KeyspaceWatch) deliver(evs []*clientv3.Event) int64 {
 		last = rev
 	}
 	w.check()
+	w.progress = max(w.progress, last)
 	return last
+}
+
+// Sync waits until the watch has applied every change committed before the
+// call (it asks etcd for a progress notification on the watch), so that
+// the checks see everything up to now: call it after the traffic stopped
+// and before the checks. It returns ctx's error if that does not happen.
+func (w *KeyspaceWatch) Sync(ctx context.Context) error {
+	resp, err := w.cli.Get(ctx, w.rangeStart(), clientv3.WithRange(w.rangeEnd()), clientv3.WithCountOnly())
+	if err != nil {
+		return err
+	}
+	for {
+		w.mu.Lock()
+		done, wctx := w.progress >= resp.Header.Revision, w.wctx
+		w.mu.Unlock()
+		if done {
+			return nil
+		}
+		if wctx != nil {
+			_ = w.cli.RequestProgress(wctx) // a watch being reopened: ask again
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond): // between progress requests
+		}
+	}
 }
 
 // apply changes the state by one key; at is the delivery time of a watch
