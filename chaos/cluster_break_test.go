@@ -13,6 +13,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/chaos"
@@ -408,10 +410,16 @@ func unfencedLeaderIsCaught(t *testing.T, broken string) {
 			waitUntil(t, 30*time.Second, "the other node leading", func() bool { return leader() == c.ID(oi) })
 			c.Stop(oi)
 			c.Resume(li)
+			// Through the deaf leader's own API, which refuses calls
+			// (UNAVAILABLE) until it holds its liveness lease again.
 			for _, name := range names {
-				if _, err := c.Client(li).DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: name}); err != nil {
-					t.Fatal(err)
-				}
+				waitUntil(t, 30*time.Second, "delete "+name+" accepted", func() bool {
+					_, err := c.Client(li).DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: name})
+					if err != nil && status.Code(err) != codes.Unavailable {
+						t.Fatal(err)
+					}
+					return err == nil
+				})
 			}
 			waitUntil(t, 60*time.Second, "the sandboxes removed", func() bool {
 				r, err := c.Etcd().Get(ctx, "/shoal/sandboxes/", clientv3.WithPrefix(), clientv3.WithCountOnly())
