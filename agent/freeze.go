@@ -10,6 +10,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/chaosbreak"
 	"shoal/store"
 	"shoal/workqueue"
 )
@@ -57,6 +58,8 @@ func (a *Agent) checkLease(ctx context.Context, q *workqueue.Queue[item]) {
 		return
 	}
 	switch {
+	case !held && chaosbreak.Is("no-freeze"):
+		// Broken on purpose (chaos self-test): run on unfenced.
 	case !held:
 		a.retryAt = time.Now().Add(time.Second)
 		if err := a.freeze(ctx); err != nil {

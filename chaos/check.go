@@ -1,9 +1,7 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -159,39 +157,12 @@ func readLeaderTerms(ctx context.Context, e *env) (leaderTerms, error) {
 
 // checkFencing reads every fenced write applied since the terms were read
 // from the node's log and checks, against etcd's own history, that each one
-// committed while its term's leader key existed.
+// committed while its term's leader key existed (CheckFencedWrites).
 func checkFencing(ctx context.Context, e *env, scn string, from leaderTerms) ([]Violation, int, error) {
 	if e.logPath == "" {
 		return nil, 0, nil
 	}
-	f, err := os.Open(e.logPath)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer f.Close()
-	var writes []fencedWrite
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var w fencedWrite
-		if json.Unmarshal(sc.Bytes(), &w) == nil && w.FenceKey != "" && w.CommitRev > from.rev {
-			writes = append(writes, w)
-		}
-	}
-	// Each write must have committed while its leader key existed with
-	// the create revision the write carried: read the key at the write's
-	// own revision.
-	var v []Violation
-	for _, w := range writes {
-		resp, err := e.raw.Get(ctx, w.FenceKey, clientv3.WithRev(w.CommitRev))
-		if err != nil {
-			return nil, 0, fmt.Errorf("leader key at rev %d: %w", w.CommitRev, err)
-		}
-		if len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != w.FenceRev {
-			v = append(v, Violation{invFencing, scn, fmt.Sprintf("%s %s committed at rev %d with fence %s@%d, outside that leader's term", w.Msg, w.Name, w.CommitRev, w.FenceKey, w.FenceRev)})
-		}
-	}
-	return v, len(writes), nil
+	return CheckFencedWrites(ctx, e.raw, scn, []string{e.logPath}, from.rev)
 }
 
 // --- linearizability (porcupine), one partition per sandbox name ---

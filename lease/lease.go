@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
+	"shoal/internal/chaosbreak"
 	"shoal/store"
 )
 
@@ -139,6 +140,12 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context, *Leadersh
 		defer wg.Done()
 		select {
 		case <-sess.Done():
+			if chaosbreak.Is("deaf-leader") {
+				// Broken on purpose (chaos self-test): lead on until a
+				// fenced write fails or the node stops.
+				<-tctx.Done()
+				return
+			}
 			cancel()
 		case <-tctx.Done():
 		}

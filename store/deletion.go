@@ -57,6 +57,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/chaosbreak"
 )
 
 // MarkSandboxDeleting records the durable intent to delete a sandbox. It is
@@ -336,7 +337,7 @@ func (s *Store) deleteProvider(ctx context.Context, ws, name string, pre Precond
 			return cur, nil
 		},
 		related: func(_ context.Context, _, new *shoalv1.Provider) ([]clientv3.Cmp, []clientv3.Op, error) {
-			if brokenMode == "check-then-act" {
+			if chaosbreak.Is("check-then-act") {
 				return nil, nil, nil
 			}
 			cmps := []clientv3.Cmp{noKeys(attachP)}

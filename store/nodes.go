@@ -17,6 +17,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/chaosbreak"
 )
 
 // The node registry and placement.
@@ -258,11 +259,14 @@ func (s *Store) place(ctx context.Context, p Placement, sb *shoalv1.Sandbox) ([]
 	}
 	sb.Spec.Node = n.Name
 	key := s.k.placed(n.Name, slot)
-	return []clientv3.Cmp{
-			clientv3.Compare(clientv3.CreateRevision(s.k.node(n.Name)), ">", 0),
-			clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
-		},
-		[]clientv3.Op{clientv3.OpPut(key, placedValue(sb))}, nil
+	var cmps []clientv3.Cmp
+	if !chaosbreak.Is("no-registry-compare") {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.k.node(n.Name)), ">", 0))
+	}
+	if !chaosbreak.Is("no-capacity") {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+	}
+	return cmps, []clientv3.Op{clientv3.OpPut(key, placedValue(sb))}, nil
 }
 
 func placedValue(sb *shoalv1.Sandbox) string {

@@ -10,6 +10,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/chaosbreak"
 )
 
 // DefaultWorkspace is used where a request names none.
@@ -92,6 +93,10 @@ type Fence struct {
 }
 
 func (f *Fence) cmp() clientv3.Cmp {
+	if chaosbreak.Is("unfenced-leader") {
+		// Holds whether or not the leader key exists: no fence at all.
+		return clientv3.Compare(clientv3.CreateRevision(f.Key), "<", f.Revision+1)
+	}
 	return clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Revision)
 }
 

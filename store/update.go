@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"shoal"
+	"shoal/internal/chaosbreak"
 )
 
 // mutateFunc computes the desired state from the current one. cur is a
@@ -185,7 +186,7 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 		// exact stored bytes, in the same Txn. Without it a tight loop of
 		// identical rewrites by another client could starve the update.
 		guard := clientv3.Compare(clientv3.ModRevision(u.key), "=", rev)
-		if brokenMode == "skip-compare" && cur != zero {
+		if chaosbreak.Is("skip-compare") && cur != zero {
 			guard = clientv3.Compare(clientv3.Version(u.key), ">", 0)
 		}
 		var sameBytes clientv3.Cmp

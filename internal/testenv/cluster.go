@@ -51,6 +51,11 @@ type ClusterConfig struct {
 	OrphanGrace time.Duration
 	// Args are extra `shoal node start` flags for every node.
 	Args []string
+	// Binary is the shoal executable the nodes run (default: Binary(t)),
+	// say one built with -tags chaosbreak; Env is added to every node's
+	// environment (SHOAL_CHAOS_BREAK=...).
+	Binary string
+	Env    []string
 }
 
 // Cluster is a shoal cluster of child processes of the built binary, each
@@ -120,7 +125,10 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	if cfg.OrphanGrace == 0 {
 		cfg.OrphanGrace = time.Second
 	}
-	c := &Cluster{t: t, cfg: cfg, bin: Binary(t), cut: map[string]bool{}}
+	if cfg.Binary == "" {
+		cfg.Binary = Binary(t)
+	}
+	c := &Cluster{t: t, cfg: cfg, bin: cfg.Binary, cut: map[string]bool{}}
 	if cfg.Voters == 0 {
 		c.etcd, c.etcdS = Etcd(t)
 	}
@@ -553,7 +561,7 @@ func (c *Cluster) start(i int) {
 	fmt.Fprintf(logf, "=== testenv: start %d of node %s\n", n.starts, n.id)
 	cmd := exec.Command(c.bin, c.args(n)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), c.cfg.Env...)
 	if n.engine.Host != "" {
 		cmd.Env = append(cmd.Env, "DOCKER_HOST="+n.engine.Host)
 	}
