@@ -397,10 +397,17 @@ func DialMembers(endpoints []string) (*clientv3.Client, error) {
 
 func dial(endpoints []string, autoSync time.Duration) (*clientv3.Client, error) {
 	c, err := clientv3.New(clientv3.Config{
-		Endpoints:        endpoints,
-		DialTimeout:      5 * time.Second,
-		AutoSyncInterval: autoSync,
-		Logger:           zap.NewNop(),
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		// A member that stops answering (its host frozen or cut off)
+		// must leave the client's pool within seconds: without
+		// keepalives its open connection looks healthy and calls hang
+		// on it. 5s is the least etcd's server accepts by default
+		// (--grpc-keepalive-min-time).
+		DialKeepAliveTime:    5 * time.Second,
+		DialKeepAliveTimeout: 2 * time.Second,
+		AutoSyncInterval:     autoSync,
+		Logger:               zap.NewNop(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w", endpoints, err)
