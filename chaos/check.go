@@ -159,6 +159,13 @@ func readLeaderTerms(ctx context.Context, e *env) (leaderTerms, error) {
 // from the node's log and checks, against etcd's own history, that each one
 // committed while its term's leader key existed (CheckFencedWrites).
 func checkFencing(ctx context.Context, e *env, scn string, from leaderTerms) ([]Violation, int, error) {
+	if e.hosts != nil {
+		paths, err := e.nodeLogs(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		return CheckFencedWrites(ctx, e.raw, scn, paths, from.rev)
+	}
 	if e.logPath == "" {
 		return nil, 0, nil
 	}

@@ -24,7 +24,13 @@ type Config struct {
 	// DeletingBound: after faults heal, no sandbox may stay DELETING longer.
 	DeletingBound time.Duration
 
-	// Endpoint of an existing node; empty starts one (Binary).
+	// Cluster, if above 0, starts that many voters as separate hosts
+	// (package chaos/hosts), plus Workers workers; 0 runs one node.
+	Cluster int
+	Workers int
+
+	// Endpoint of existing nodes (comma-separated); empty starts them
+	// (Binary).
 	Endpoint      string
 	EtcdEndpoints []string
 	NodeID        string
@@ -60,13 +66,37 @@ func DefaultConfig() Config {
 // Validate checks the config and expands "all".
 func (c *Config) Validate() error {
 	var out []string
+	if c.Cluster != 0 && c.Cluster < 3 {
+		return fmt.Errorf("--cluster: %d voters; a cluster under test has at least 3 (0: one node)", c.Cluster)
+	}
+	if c.Cluster > 7 {
+		return fmt.Errorf("--cluster: %d voters is more than 7", c.Cluster)
+	}
+	if c.Workers < 0 || c.Workers > 8 {
+		return fmt.Errorf("--workers: %d is out of range 0-8", c.Workers)
+	}
+	if c.Workers > 0 && c.Cluster == 0 {
+		return errors.New("--workers: needs --cluster N (workers join a cluster of voters)")
+	}
+	if c.Cluster > 0 && c.Endpoint != "" {
+		return errors.New("--cluster starts its own hosts; it cannot be combined with --endpoint")
+	}
 	for _, s := range c.Scenarios {
 		if s == "all" {
-			out = append(out, ScenarioNames()...)
+			// Every scenario the system under test can run.
+			for _, n := range ScenarioNames() {
+				if !scenarios[n].needsCluster || c.Cluster > 0 {
+					out = append(out, n)
+				}
+			}
 			continue
 		}
-		if _, ok := scenarios[s]; !ok {
+		sc, ok := scenarios[s]
+		if !ok {
 			return fmt.Errorf("--scenario: %q is not one of %s, all", s, strings.Join(ScenarioNames(), ", "))
+		}
+		if sc.needsCluster && c.Cluster == 0 {
+			return fmt.Errorf("--scenario %s acts on the hosts of a cluster: add --cluster 3 (or more)", s)
 		}
 		out = append(out, s)
 	}

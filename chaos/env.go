@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,24 +23,36 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/apiclient"
 	"shoal/chaos/dockerproxy"
+	"shoal/chaos/hosts"
 	"shoal/chaos/tcpproxy"
 	"shoal/docker"
 	"shoal/embedetcd"
 	"shoal/store"
 )
 
-// env is the system under test: either a node this run starts as a child
-// process (with etcd in this process, behind a fault proxy, and the Docker
-// socket behind a fault proxy), or an existing node (--endpoint).
+// env is the system under test: a node this run starts as a child process
+// (with etcd in this process, behind a fault proxy, and the Docker socket
+// behind a fault proxy), a cluster of hosts this run starts (--cluster:
+// cluster_env.go), or existing nodes (--endpoint).
 type env struct {
 	cfg Config
 
 	client shoalv1.ShoalClient
-	conn   *grpc.ClientConn
+	conn   *apiclient.Conn
 	raw    *clientv3.Client // straight to etcd, never through the fault proxy
 	st     *store.Store
 	docker *client.Client
+
+	// With --cluster: the hosts, their own engines (node id → client),
+	// a connection per traffic client (each prefers another node), and
+	// when each node's process ran (invariant 9).
+	hosts   *hosts.Cluster
+	engines map[string]*client.Client
+	proxies map[string]*dockerproxy.Proxy
+	conns   []*apiclient.Conn
+	live    *Liveness
 
 	// Only for a node this run owns.
 	owned       bool
@@ -80,7 +93,13 @@ func newEnv(ctx context.Context, cfg Config) (*env, error) {
 		return nil, fmt.Errorf("docker client: %w", err)
 	}
 	e.docker = dc
-	if cfg.Endpoint != "" {
+	switch {
+	case cfg.Cluster > 0:
+		if err := e.startHosts(ctx); err != nil {
+			e.close()
+			return nil, err
+		}
+	case cfg.Endpoint != "":
 		if len(cfg.EtcdEndpoints) == 0 {
 			return nil, errors.New("--etcd-endpoints: required with --endpoint (the checkers read etcd directly)")
 		}
@@ -89,19 +108,31 @@ func newEnv(ctx context.Context, cfg Config) (*env, error) {
 			return nil, err
 		}
 		e.api, e.nodeID = cfg.Endpoint, cfg.NodeID
-	} else {
+	default:
 		if err := e.startOwned(ctx); err != nil {
 			e.close()
 			return nil, err
 		}
 	}
 	e.st = store.New(e.raw, store.Options{Prefix: cfg.Prefix})
-	e.conn, err = grpc.NewClient(e.api, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	addrs := e.addrs()
+	e.conn, err = apiclient.Dial(addrs, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		e.close()
 		return nil, err
 	}
 	e.client = shoalv1.NewShoalClient(e.conn)
+	// Each traffic client prefers its own node (clients spread over all of
+	// them) and moves on as the CLI does.
+	for i := range addrs {
+		rot := append(slices.Clone(addrs[i:]), addrs[:i]...)
+		c, err := apiclient.Dial(rot, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			e.close()
+			return nil, err
+		}
+		e.conns = append(e.conns, c)
+	}
 	if err := e.waitServing(ctx, time.Minute); err != nil {
 		e.close()
 		return nil, err
@@ -232,8 +263,30 @@ func (e *env) pid() int {
 	return e.proc.Process.Pid
 }
 
-// containers lists the node's shoal containers.
+// clientFor is traffic client id's API client.
+func (e *env) clientFor(id int) shoalv1.ShoalClient {
+	return shoalv1.NewShoalClient(e.conns[id%len(e.conns)])
+}
+
+// addrs are the API addresses of the nodes under test.
+func (e *env) addrs() []string {
+	if e.hosts != nil {
+		return e.hosts.Addrs()
+	}
+	var out []string
+	for _, a := range strings.Split(e.api, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// containers lists the shoal containers of the node, or of every host.
 func (e *env) containers(ctx context.Context) ([]container.Summary, error) {
+	if e.hosts != nil {
+		return e.hostContainers(ctx)
+	}
 	return e.docker.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 		filters.Arg("label", docker.LabelManaged+"=true"), filters.Arg("label", docker.LabelNode+"="+e.nodeID))})
 }
@@ -242,6 +295,12 @@ func (e *env) containers(ctx context.Context) ([]container.Summary, error) {
 func (e *env) close() {
 	if e.conn != nil {
 		e.conn.Close()
+	}
+	for _, c := range e.conns {
+		c.Close()
+	}
+	if e.hosts != nil {
+		e.closeHosts()
 	}
 	if e.owned {
 		e.mu.Lock()

@@ -143,6 +143,8 @@ type scenario struct {
 	order        int
 	doc          string
 	needsProcess bool
+	// needsCluster: only with --cluster (hosts this run starts).
+	needsCluster bool
 	// faults builds the fault set; nil means none.
 	faults func(e *env, rng *rand.Rand) []Fault
 	// providerRace concentrates traffic on create/attach vs provider delete.
@@ -153,14 +155,20 @@ var scenarios = map[string]scenario{
 	"conflicts": {order: 0, doc: "the traffic mix, the deletion writers and the contenders, no faults"},
 	"provider-race": {order: 1, providerRace: true,
 		doc: "sandbox create and attach racing provider delete on a few providers"},
-	"node-kill": {order: 2, needsProcess: true, doc: "the node killed hard (SIGKILL) mid-operation, restarted on the same data",
+	"node-kill": {order: 2, needsProcess: true, doc: "a node killed hard (SIGKILL) mid-operation, restarted on the same data",
 		faults: func(e *env, _ *rand.Rand) []Fault { return []Fault{nodeKill{e}} }},
-	"node-pause": {order: 3, needsProcess: true, doc: "the node paused (SIGSTOP) past its lease TTL, then resumed",
+	"node-pause": {order: 3, needsProcess: true, doc: "a node paused (SIGSTOP) past its lease TTL, then resumed",
 		faults: func(e *env, _ *rand.Rand) []Fault { return []Fault{nodePause{e}} }},
 	"docker-faults": {order: 4, needsProcess: true, doc: "Docker API errors (30%) and latency (150 ms, 30%) through a proxy",
 		faults: func(e *env, rng *rand.Rand) []Fault { return []Fault{dockerFaults{e, rng}} }},
 	"container-loss": {order: 5, doc: "sandbox containers killed or removed behind shoal's back",
 		faults: func(e *env, rng *rand.Rand) []Fault { return []Fault{containerLoss{e, rng}} }},
-	"etcd-faults": {order: 6, needsProcess: true, doc: "etcd request latency (40 ms per hop) and brief unavailability",
+	"etcd-faults": {order: 6, needsProcess: true, doc: "etcd latency and brief unavailability (on a cluster: a slow peer, a host cut off briefly)",
 		faults: func(e *env, _ *rand.Rand) []Fault { return []Fault{etcdLatency{e}, etcdOutage{e}} }},
+	"leader-kill": {order: 7, needsCluster: true, doc: "the leader's host killed (SIGKILL) mid-teardown, restarted once another node leads"},
+	"owner-kill": {order: 8, needsCluster: true, doc: "the host owning sandboxes being deleted killed, restarted after 0-3 TTLs"},
+	"node-stop": {order: 9, needsCluster: true, doc: "a host stopped (SIGSTOP) for 1-3 TTLs, then resumed"},
+	"partition": {order: 10, needsCluster: true, doc: "a host, the leader alone, or a minority of voters cut off the network for 1-3 TTLs"},
+	"member-loss": {order: 11, needsCluster: true, doc: "a voter's host killed and restarted; once per run replaced (member remove, --join, node remove)"},
+	"slow-peer": {order: 12, needsCluster: true, doc: "50-200 ms of latency on one voter's raft traffic"},
 }

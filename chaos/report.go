@@ -37,6 +37,10 @@ type ScenarioReport struct {
 	FencedWrites    int           `json:"fenced_writes_checked"`
 	Linearizability string        `json:"linearizability"`
 	Violations      []Violation   `json:"violations"`
+	// On a cluster: what the cluster samplers saw (invariants 8, 9, 13,
+	// 14) and how long the cluster took to converge after the faults.
+	Cluster     *ClusterFigures     `json:"cluster,omitempty"`
+	Convergence *ConvergenceFigures `json:"convergence,omitempty"`
 }
 
 // FaultRecord is one injected fault.
@@ -44,6 +48,11 @@ type FaultRecord struct {
 	Name string        `json:"name"`
 	At   time.Time     `json:"at"`
 	Held time.Duration `json:"held_ns"`
+	// Target is the node(s) a cluster fault hit.
+	Target string `json:"target,omitempty"`
+	// Failover, for a leader kill: kill → the next leader's first fenced
+	// write (its term record).
+	Failover time.Duration `json:"failover_ns,omitempty"`
 }
 
 // Harassment counts the writes aimed at sandboxes being deleted.
@@ -61,6 +70,15 @@ type Summary struct {
 	DeletesUnderFire int            `json:"deletes_under_writers"`
 	Faults           map[string]int `json:"faults"`
 	LatencyMS        map[string]Pct `json:"latency_ms"`
+	// During faults, by op kind.
+	FaultLatencyMS map[string]Pct `json:"fault_latency_ms_by_kind"`
+	// On a cluster: faults by node, failover and fence times, and the
+	// longest convergence after a scenario's faults healed.
+	FaultsByNode map[string]int `json:"faults_by_node,omitempty"`
+	FailoverMS   Pct            `json:"failover_ms"`
+	WorstFence   time.Duration  `json:"worst_fence_ns,omitempty"`
+	WorstFenceAt string         `json:"worst_fence_node,omitempty"`
+	Convergence  time.Duration  `json:"longest_convergence_ns,omitempty"`
 }
 
 // Pct is a latency pair.
@@ -72,7 +90,7 @@ type Pct struct {
 
 func reportConfig(c Config) map[string]any {
 	return map[string]any{"scenarios": c.Scenarios, "duration": c.Duration.String(), "clients": c.Clients,
-		"deleting_bound": c.DeletingBound.String(), "endpoint": c.Endpoint}
+		"deleting_bound": c.DeletingBound.String(), "endpoint": c.Endpoint, "cluster": c.Cluster, "workers": c.Workers}
 }
 
 func pct(ds []time.Duration) Pct {
@@ -87,8 +105,10 @@ func pct(ds []time.Duration) Pct {
 }
 
 func (r *Report) summarize(ops []Op) {
-	s := Summary{OpsByKind: map[string]int{}, ErrorsByCode: map[string]int{}, Faults: map[string]int{}, LatencyMS: map[string]Pct{}}
+	s := Summary{OpsByKind: map[string]int{}, ErrorsByCode: map[string]int{}, Faults: map[string]int{}, LatencyMS: map[string]Pct{},
+		FaultLatencyMS: map[string]Pct{}, FaultsByNode: map[string]int{}}
 	var calm, faulty []time.Duration
+	byKind := map[string][]time.Duration{}
 	for _, o := range ops {
 		s.Ops++
 		s.OpsByKind[o.Kind]++
@@ -98,13 +118,30 @@ func (r *Report) summarize(ops []Op) {
 		d := time.Duration(o.Return - o.Call)
 		if o.DuringFault {
 			faulty = append(faulty, d)
+			byKind[o.Kind] = append(byKind[o.Kind], d)
 		} else {
 			calm = append(calm, d)
 		}
 	}
+	var failovers []time.Duration
 	for _, sc := range r.Scenarios {
 		for _, f := range sc.Faults {
 			s.Faults[f.Name]++
+			if f.Target != "" {
+				node, _, _ := strings.Cut(f.Target, " ")
+				for _, n := range strings.Split(node, ",") {
+					s.FaultsByNode[n]++
+				}
+			}
+			if f.Failover > 0 {
+				failovers = append(failovers, f.Failover)
+			}
+		}
+		if c := sc.Cluster; c != nil && c.Fencing.Worst > s.WorstFence {
+			s.WorstFence, s.WorstFenceAt = c.Fencing.Worst, c.Fencing.WorstNode
+		}
+		if c := sc.Convergence; c != nil && c.After > s.Convergence {
+			s.Convergence = c.After
 		}
 		if sc.Harassment.LabelFlips+sc.Harassment.StatusWrites+sc.Harassment.IdenticalRewrites > 0 {
 			for _, o := range scenarioOps(ops, sc.Name) {
@@ -116,6 +153,10 @@ func (r *Report) summarize(ops []Op) {
 	}
 	s.LatencyMS["without_faults"] = pct(calm)
 	s.LatencyMS["during_faults"] = pct(faulty)
+	for k, ds := range byKind {
+		s.FaultLatencyMS[k] = pct(ds)
+	}
+	s.FailoverMS = pct(failovers)
 	r.Summary = s
 }
 
@@ -148,6 +189,25 @@ func (r *Report) WriteSummary(w io.Writer) {
 		p := r.Summary.LatencyMS[k]
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\n", strings.ReplaceAll(k, "_", " "), p.P50, p.P99, p.N)
 	}
+	if len(r.Summary.FaultLatencyMS) > 0 {
+		fmt.Fprintln(tw, "\nDURING FAULTS\tP50 ms\tP99 ms\tOPS")
+		for _, k := range sortedKeys(r.Summary.FaultLatencyMS) {
+			p := r.Summary.FaultLatencyMS[k]
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%d\n", k, p.P50, p.P99, p.N)
+		}
+	}
+	if len(r.Summary.FaultsByNode) > 0 {
+		fmt.Fprintln(tw, "\nNODE\tFAULTS")
+		for _, k := range sortedKeys(r.Summary.FaultsByNode) {
+			fmt.Fprintf(tw, "%s\t%d\n", k, r.Summary.FaultsByNode[k])
+		}
+		fmt.Fprintln(tw, "\nCLUSTER\t")
+		if f := r.Summary.FailoverMS; f.N > 0 {
+			fmt.Fprintf(tw, "leader kill → next leader's first fenced write\tp50 %.0f ms, p99 %.0f ms (%d kills)\n", f.P50, f.P99, f.N)
+		}
+		fmt.Fprintf(tw, "worst fence time (lease expiry → containers paused)\t%s %s\n", r.Summary.WorstFence.Round(time.Millisecond), r.Summary.WorstFenceAt)
+		fmt.Fprintf(tw, "longest convergence after the faults healed\t%s\n", r.Summary.Convergence.Round(time.Millisecond))
+	}
 	fmt.Fprintf(tw, "\nVIOLATIONS\t%d\n", len(r.Violations))
 	tw.Flush()
 	for _, v := range r.Violations {
@@ -155,7 +215,7 @@ func (r *Report) WriteSummary(w io.Writer) {
 	}
 }
 
-func sortedKeys(m map[string]int) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	ks := make([]string, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)

@@ -136,8 +136,38 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 	}()
 	// Faults, on a schedule drawn from the seed.
 	var faultErr error
-	if sc.faults != nil {
-		faults := sc.faults(e, rng(999))
+	var faults []Fault
+	switch {
+	case e.hosts != nil:
+		faults = clusterFaults(e, rng(999), scenarioName)
+	case sc.faults != nil:
+		faults = sc.faults(e, rng(999))
+	}
+	// On a cluster the samplers run from before the first fault until the
+	// cluster has converged after the last (invariants 8, 9, 13, 14).
+	var cs *ClusterSampler
+	var sampleStop context.CancelFunc
+	var sampleWG sync.WaitGroup
+	if e.hosts != nil {
+		if cs, err = NewClusterSampler(ClusterSamplerConfig{Engines: e.engineMap(), Etcd: e.raw, Prefix: cfg.Prefix}); err != nil {
+			return sr, err
+		}
+		var sctx context.Context
+		sctx, sampleStop = context.WithCancel(ctx)
+		defer sampleStop()
+		sampleWG.Go(func() {
+			if err := cs.Run(sctx); err != nil && sctx.Err() == nil {
+				logf(cfg, "scenario %s: cluster sampler: %v", name, err)
+			}
+		})
+		defer sampleWG.Wait()
+		select {
+		case <-cs.Ready():
+		case <-ctx.Done():
+			return sr, ctx.Err()
+		}
+	}
+	if len(faults) > 0 {
 		frng := rng(1000)
 		wg.Add(1)
 		go func() {
@@ -182,8 +212,23 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 	for _, b := range sampleViolations {
 		sr.Violations = append(sr.Violations, Violation{invAttachments, name, b})
 	}
+	if e.hosts != nil {
+		v, fig := CheckConvergence(ctx, name, ConvergenceConfig{Etcd: e.raw, Prefix: cfg.Prefix, Engines: e.engineMap(), Bound: cfg.DeletingBound})
+		sr.Violations = append(sr.Violations, v...)
+		sr.Convergence = &fig
+	}
 	sr.Violations = append(sr.Violations, checkQuiet(ctx, e, name, cfg.DeletingBound)...)
 	sr.QuietAfter = time.Since(healedAt)
+	if cs != nil {
+		if err := cs.Sync(ctx); err != nil {
+			return sr, fmt.Errorf("cluster sampler: %w", err)
+		}
+		sampleStop()
+		sampleWG.Wait()
+		res := cs.Check(name, e.live.Windows(), clusterNodeTTL)
+		sr.Violations = append(sr.Violations, res.Violations...)
+		sr.Cluster = &res.Figures
+	}
 	snap, err := e.st.Snapshot(ctx)
 	if err != nil {
 		return sr, err
@@ -247,7 +292,14 @@ func schedule(ctx context.Context, e *env, h *history, faults []Fault, rng *rand
 		}
 		err := f.Heal(bg)
 		h.setFault(-1)
-		sr.Faults = append(sr.Faults, FaultRecord{Name: f.Name(), At: at, Held: time.Since(at)})
+		rec := FaultRecord{Name: f.Name(), At: at, Held: time.Since(at)}
+		if t, ok := f.(interface{ Target() string }); ok {
+			rec.Target = t.Target()
+		}
+		if fo, ok := f.(interface{ Failover() time.Duration }); ok {
+			rec.Failover = fo.Failover()
+		}
+		sr.Faults = append(sr.Faults, rec)
 		if err != nil {
 			return fmt.Errorf("heal %s: %w", f.Name(), err)
 		}

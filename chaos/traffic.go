@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"github.com/google/uuid"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -159,7 +160,7 @@ func (t *traffic) client(ctx context.Context, id int, rng *rand.Rand) {
 }
 
 func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) codes.Code {
-	c := t.e.client
+	c := t.e.clientFor(id)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
 	defer cancel()
 	var op *Op
@@ -173,7 +174,7 @@ func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) c
 		}
 		op = t.h.begin(t.scn, id, kind, name)
 		var sb *shoalv1.Sandbox
-		sb, err = c.CreateSandbox(cctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{
+		sb, err = c.CreateSandbox(cctx, &shoalv1.CreateSandboxRequest{RequestId: uuid.NewString(), Sandbox: &shoalv1.Sandbox{
 			Meta: &shoalv1.ObjectMeta{Name: name}, Spec: &shoalv1.SandboxSpec{Providers: provs}}})
 		if err == nil {
 			op.UID, op.Exists = sb.Meta.Uid, true
@@ -235,7 +236,7 @@ func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) c
 // get reads a sandbox through the API, recording its writer keys.
 func (t *traffic) get(ctx context.Context, id int, name string) (*Op, error) {
 	op := t.h.begin(t.scn, id, "sandbox-get", name)
-	sb, err := t.e.client.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: name})
+	sb, err := t.e.clientFor(id).GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: name})
 	if err == nil {
 		op.Exists, op.UID, op.Writes = true, sb.Meta.Uid, observedWrites(sb)
 		op.Deleting = sb.Meta.DeletionTimestamp != nil
@@ -263,7 +264,7 @@ func (t *traffic) write(ctx context.Context, st *store.Store, id int, kind, name
 	} else {
 		k := labelKey(id)
 		op.Arg = k + "=" + v
-		_, err = t.e.client.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: name, SetLabels: map[string]string{k: v}})
+		_, err = t.e.clientFor(id).UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: name, SetLabels: map[string]string{k: v}})
 	}
 	return op, err
 }
@@ -283,25 +284,25 @@ func (t *traffic) lifecycle(ctx context.Context, id int) {
 			return err == nil
 		}
 		ok := step("provider-create", pn, func() error {
-			_, err := t.e.client.CreateProvider(cctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{
+			_, err := t.e.clientFor(id).CreateProvider(cctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{
 				Meta: &shoalv1.ObjectMeta{Name: pn}, Type: shoalv1.ProviderType_NVIDIA, Credentials: map[string]string{"NVIDIA_API_KEY": "nvapi-chaos"}}})
 			return err
 		}) && step("sandbox-create", sn, func() error {
-			_, err := t.e.client.CreateSandbox(cctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
+			_, err := t.e.clientFor(id).CreateSandbox(cctx, &shoalv1.CreateSandboxRequest{RequestId: uuid.NewString(), Wait: true, Sandbox: &shoalv1.Sandbox{
 				Meta: &shoalv1.ObjectMeta{Name: sn}, Spec: &shoalv1.SandboxSpec{Providers: []string{pn}}}})
 			return err
 		})
 		if ok {
 			t.target(sn, 1)
 			ok = step("sandbox-delete-wait", sn, func() error {
-				_, err := t.e.client.DeleteSandbox(cctx, &shoalv1.DeleteSandboxRequest{Name: sn, Wait: true})
+				_, err := t.e.clientFor(id).DeleteSandbox(cctx, &shoalv1.DeleteSandboxRequest{Name: sn, Wait: true})
 				return err
 			})
 			t.target(sn, -1)
 		}
 		if ok {
 			step("provider-delete", pn, func() error {
-				_, err := t.e.client.DeleteProvider(cctx, &shoalv1.DeleteProviderRequest{Name: pn})
+				_, err := t.e.clientFor(id).DeleteProvider(cctx, &shoalv1.DeleteProviderRequest{Name: pn})
 				return err
 			})
 		}
@@ -377,7 +378,7 @@ func (t *traffic) contend(ctx context.Context, id int, kind string, rng *rand.Ra
 		t.h.finish(op, err)
 		if status.Code(err) == codes.NotFound {
 			op = t.h.begin(t.scn, id, "sandbox-create", name)
-			sb, err := t.e.client.CreateSandbox(cctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{
+			sb, err := t.e.clientFor(id).CreateSandbox(cctx, &shoalv1.CreateSandboxRequest{RequestId: uuid.NewString(), Sandbox: &shoalv1.Sandbox{
 				Meta: &shoalv1.ObjectMeta{Name: name}, Spec: &shoalv1.SandboxSpec{}}})
 			if err == nil {
 				op.UID, op.Exists = sb.Meta.Uid, true

@@ -48,13 +48,24 @@ func (a *app) chaosCmd() *cli.Command {
 				Name:  "run",
 				Usage: "run scenarios once and check the invariants",
 				Description: `Starts a node of its own (as a child process, with etcd and the Docker socket
-behind fault proxies) unless --endpoint names a running node, drives traffic from
---clients clients plus writers aimed at sandboxes being deleted, injects the
+behind fault proxies), or with --cluster N a cluster of N voters (and --workers M
+workers) as separate hosts: each node in its own container on a private Docker
+network with its own Docker engine; or uses the running nodes --endpoint names.
+Drives traffic from --clients clients (spread over the nodes, each moving on to
+the next node as the CLI does) plus writers aimed at sandboxes being deleted,
+injects the
 scenario's faults, then checks every invariant (docs/chaos.md). Exits 1 on any
 violation. The same --seed replays the same schedule of ops and faults.
 
-Scenarios: ` + strings.Join(chaos.ScenarioNames(), ", ") + `, or all.`,
+Scenarios: ` + strings.Join(chaos.ScenarioNames(), ", ") + `, or all (every scenario
+the system under test supports). leader-kill, owner-kill, node-stop, partition,
+member-loss and slow-peer need --cluster; on a cluster the single-node faults hit
+any host.
+
+  shoal chaos run --cluster 3 --workers 1 --scenario all --duration 30m`,
 				Flags: append([]cli.Flag{
+					&cli.IntFlag{Name: "cluster", Usage: "start `N` voters (3 or more) as separate hosts, each in its own container with its own Docker engine (needs root), instead of one node"},
+					&cli.IntFlag{Name: "workers", Usage: "with --cluster: add `M` worker nodes (etcd clients only)"},
 					&cli.StringSliceFlag{Name: "scenario", Value: cli.NewStringSlice("all"), Usage: "`NAME` of a scenario, or all; repeatable"},
 					&cli.DurationFlag{Name: "duration", Value: def.Duration, Usage: "traffic `DURATION`, split across the scenarios"},
 				}, common...),
@@ -65,6 +76,7 @@ Scenarios: ` + strings.Join(chaos.ScenarioNames(), ", ") + `, or all.`,
 					cfg, _ := fill(c)
 					cfg.Scenarios = c.StringSlice("scenario")
 					cfg.Duration = c.Duration("duration")
+					cfg.Cluster, cfg.Workers = c.Int("cluster"), c.Int("workers")
 					if err := cfg.Validate(); err != nil {
 						return usageError("%v", err)
 					}
