@@ -354,7 +354,9 @@ func clusterFaults(e *env, rng *rand.Rand, scenario string) []Fault {
 		cf := base()
 		return []Fault{&hostKill{clusterFault: cf, name: "leader-kill", failover: true,
 			// Down past the lease, so that another node takes over.
-			hold: func(rng *rand.Rand) time.Duration { return clusterLease + time.Duration(1000+rng.IntN(1000))*time.Millisecond },
+			hold: func(rng *rand.Rand) time.Duration {
+				return clusterLease + time.Duration(1000+rng.IntN(1000))*time.Millisecond
+			},
 			pick: func(ctx context.Context) (int, string) {
 				if l := e.leaderIndex(ctx); l >= 0 {
 					return l, "the leader"

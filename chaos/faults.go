@@ -166,9 +166,9 @@ var scenarios = map[string]scenario{
 	"etcd-faults": {order: 6, needsProcess: true, doc: "etcd latency and brief unavailability (on a cluster: a slow peer, a host cut off briefly)",
 		faults: func(e *env, _ *rand.Rand) []Fault { return []Fault{etcdLatency{e}, etcdOutage{e}} }},
 	"leader-kill": {order: 7, needsCluster: true, doc: "the leader's host killed (SIGKILL) mid-teardown, restarted once another node leads"},
-	"owner-kill": {order: 8, needsCluster: true, doc: "the host owning sandboxes being deleted killed, restarted after 0-3 TTLs"},
-	"node-stop": {order: 9, needsCluster: true, doc: "a host stopped (SIGSTOP) for 1-3 TTLs, then resumed"},
-	"partition": {order: 10, needsCluster: true, doc: "a host, the leader alone, or a minority of voters cut off the network for 1-3 TTLs"},
+	"owner-kill":  {order: 8, needsCluster: true, doc: "the host owning sandboxes being deleted killed, restarted after 0-3 TTLs"},
+	"node-stop":   {order: 9, needsCluster: true, doc: "a host stopped (SIGSTOP) for 1-3 TTLs, then resumed"},
+	"partition":   {order: 10, needsCluster: true, doc: "a host, the leader alone, or a minority of voters cut off the network for 1-3 TTLs"},
 	"member-loss": {order: 11, needsCluster: true, doc: "a voter's host killed and restarted; once per run replaced (member remove, --join, node remove)"},
-	"slow-peer": {order: 12, needsCluster: true, doc: "50-200 ms of latency on one voter's raft traffic"},
+	"slow-peer":   {order: 12, needsCluster: true, doc: "50-200 ms of latency on one voter's raft traffic"},
 }
