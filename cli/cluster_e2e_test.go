@@ -259,6 +259,28 @@ func TestEtcdClusterMembership(t *testing.T) {
 		t.Fatalf("after the join, voters are %v; want the 3 and %s", v, cfg4.ID)
 	}
 
+	// A worker joins with --etcd-endpoints (its first endpoint one that
+	// is down: any voter that answers will do); node list shows all five
+	// nodes Ready, cluster status the four members and no more.
+	wcfg := memberConfig(t, "w")
+	wcfg.EtcdEndpoints = []string{fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t)), cfgs[0].EtcdListenClient, cfgs[1].EtcdListenClient}
+	w := startMembers(t, wcfg)[0]
+	testenv.Eventually(t, 30*time.Second, "node list shows the 3 voters, the joined node and the worker Ready", func() (bool, error) {
+		r := run(t, bin, w.Addr(), "node", "list")
+		for _, id := range []string{cfgs[0].ID, cfgs[1].ID, cfgs[2].ID, cfg4.ID, wcfg.ID} {
+			if !strings.Contains(r.stdout, id+" ") || strings.Count(r.stdout, "NotReady") > 0 {
+				return false, fmt.Errorf("%s", r.stdout)
+			}
+		}
+		return true, nil
+	})
+	if st, err := clusterStatus(t, bin, w.Addr()); err != nil || len(st.Members) != 4 {
+		t.Fatalf("cluster status through the worker: %v, %v; want the 4 members (a worker is none)", st, err)
+	}
+	if err := w.stop(t); err != nil {
+		t.Fatalf("stop the worker: %v", err)
+	}
+
 	// Restarted on its data dir with the same flags, it is the same member.
 	if err := d.stop(t); err != nil {
 		t.Fatalf("stop the joined node: %v", err)
