@@ -7,7 +7,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION        := v0.8.2
 
-.PHONY: build run test bench image node-image cluster cluster-down proto lint chaos soak clean
+.PHONY: build run test bench image node-image cluster cluster-down proto lint chaos chaos-cluster soak clean
 
 # Static (no cgo): the chaos hosts run the binary in FROM-scratch containers.
 build:
@@ -35,6 +35,9 @@ CHAOS_DURATION ?= 5m
 SOAK_DURATION  ?= 2h
 chaos: build image
 	$(BIN) chaos run --scenario all --duration $(CHAOS_DURATION) --report reports/chaos
+
+chaos-cluster: build image
+	$(BIN) chaos run --cluster 3 --workers 1 --scenario all --duration $(CHAOS_DURATION) --report reports/chaos-cluster
 
 soak: build image
 	$(BIN) chaos soak --duration $(SOAK_DURATION) --report reports/soak
