@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -136,6 +137,7 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 	}()
 	// Faults, on a schedule drawn from the seed.
 	var faultErr error
+	var injected atomic.Int64
 	var faults []Fault
 	switch {
 	case e.hosts != nil:
@@ -172,7 +174,7 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			faultErr = schedule(tctx, e, h, faults, frng, &sr)
+			faultErr = schedule(tctx, e, h, faults, frng, &sr, &injected)
 		}()
 	}
 	// Progress: one tick a second.
@@ -194,7 +196,7 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 							errs++
 						}
 					}
-					bar.Describe(fmt.Sprintf("%s: %d ops, %d errors, %d faults", name, len(ops), errs, len(sr.Faults)))
+					bar.Describe(fmt.Sprintf("%s: %d ops, %d errors, %d faults", name, len(ops), errs, injected.Load()))
 					_ = bar.Add(1)
 				}
 			}
@@ -269,7 +271,9 @@ func scenarioOps(all []Op, name string) []Op {
 
 // schedule injects faults one after another until ctx ends, and always
 // heals the last one.
-func schedule(ctx context.Context, e *env, h *history, faults []Fault, rng *rand.Rand, sr *ScenarioReport) error {
+// injected counts the faults so far, for the progress line (sr.Faults is
+// the scheduler's alone until it returns).
+func schedule(ctx context.Context, e *env, h *history, faults []Fault, rng *rand.Rand, sr *ScenarioReport, injected *atomic.Int64) error {
 	for {
 		gap := time.Duration(500+rng.IntN(1500)) * time.Millisecond
 		select {
@@ -300,6 +304,7 @@ func schedule(ctx context.Context, e *env, h *history, faults []Fault, rng *rand
 			rec.Failover = fo.Failover()
 		}
 		sr.Faults = append(sr.Faults, rec)
+		injected.Add(1)
 		if err != nil {
 			return fmt.Errorf("heal %s: %w", f.Name(), err)
 		}
