@@ -24,9 +24,12 @@ import (
 //   - the node was not reached (the dial failed: nothing was sent);
 //   - the node answered UNAVAILABLE marked not-applied (shoal.IsNotApplied:
 //     a node cut off from etcd refuses every call before doing anything);
-//   - the call only reads (get, list, watch, logs, status, snapshot), or is
-//     a create, whose request id makes a retry return what the first
-//     attempt made.
+//   - the call only reads (get, list, watch, logs, status, snapshot).
+//
+// A create is not among them: its request id makes a retry return what the
+// first attempt made, but only while that sandbox exists; one deleted in
+// between would be made again. The CLI retries its creates itself, and
+// says so.
 //
 // Any other UNAVAILABLE (a write that may have been applied before the
 // connection broke) is returned as it is. The node that last answered is
@@ -117,7 +120,7 @@ func retryable(method string, err error) bool {
 		}
 	}
 	switch name {
-	case "Logs", "Status", "Snapshot", "CreateSandbox":
+	case "Logs", "Status", "Snapshot":
 		return true
 	}
 	return false

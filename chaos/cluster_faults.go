@@ -99,11 +99,22 @@ func (f *hostKill) Heal(ctx context.Context) error {
 	if f.failover {
 		f.took = f.e.failoverSince(ctx, f.e.hosts.ID(i), at)
 	}
-	f.e.live.Up(f.e.hosts.ID(i), time.Now())
 	if err := f.e.hosts.Start(ctx, i); err != nil {
 		return err
 	}
-	return f.e.hosts.WaitServing(ctx, i)
+	return f.e.up(ctx, i)
+}
+
+// up waits until a restarted node serves, then counts its process as
+// running for invariant 9. A SIGKILLed node's containers run on while it
+// is dead, by design, and a new process can pause nothing before it has
+// registered (it serves only then).
+func (e *env) up(ctx context.Context, i int) error {
+	if err := e.hosts.WaitServing(ctx, i); err != nil {
+		return err
+	}
+	e.live.Up(e.hosts.ID(i), time.Now())
+	return nil
 }
 
 // Failover is how long after the kill the next leader made its first
@@ -233,11 +244,10 @@ func (f *memberLoss) Heal(ctx context.Context) error {
 	nodes, _ := f.last()
 	i := nodes[0]
 	if !f.replace {
-		f.e.live.Up(f.e.hosts.ID(i), time.Now())
 		if err := f.e.hosts.Start(ctx, i); err != nil {
 			return err
 		}
-		return f.e.hosts.WaitServing(ctx, i)
+		return f.e.up(ctx, i)
 	}
 	f.replaced = true
 	old := f.e.hosts.ID(i)
@@ -245,9 +255,8 @@ func (f *memberLoss) Heal(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.e.live.Up(f.e.hosts.ID(j), time.Now())
 	f.e.refreshEngines()
-	if err := f.e.hosts.WaitServing(ctx, j); err != nil {
+	if err := f.e.up(ctx, j); err != nil {
 		return err
 	}
 	// The dead host is gone for good: forget it once the leader has seen

@@ -342,6 +342,14 @@ func (t *traffic) harass(ctx context.Context, id int, kind string, rng *rand.Ran
 			if landed || ambiguousCode(status.Code(err).String()) {
 				t.h.finish(op, err)
 			}
+			if status.Code(err) == codes.Unavailable {
+				// No node could take it (killed, frozen, etcd electing):
+				// back off, as the clients do, rather than spin.
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Duration(50+rng.IntN(100)) * time.Millisecond):
+				}
+			}
 		case "rewrite":
 			landed = rewriteIdentical(cctx, t.e, st.SandboxKey(store.DefaultWorkspace, name))
 		}

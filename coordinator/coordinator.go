@@ -368,9 +368,9 @@ func (c *Coordinator) nodeLost(ctx context.Context, fence *store.Fence, id strin
 	return err
 }
 
-// fencedWrite logs an applied leader-only write with its fencing token and
-// commit revision: the chaos suite checks from these lines that no write of
-// a deposed leader was ever applied.
+// fencedWrite logs an applied leader-only write. (The store logs every
+// fenced write with its fencing token and commit revision, for the chaos
+// suite's check; this line says what it meant.)
 func (c *Coordinator) fencedWrite(what, ws, name string, fence *store.Fence, rev int64) {
-	c.log.Info(what, "workspace", ws, "name", name, "fence_key", fence.Key, "fence_rev", fence.Revision, "commit_rev", rev)
+	c.log.Info(what, "workspace", ws, "sandbox_or_provider", name, "fence_rev", fence.Revision, "commit_rev", rev)
 }

@@ -51,6 +51,9 @@ func (s *Store) MarkNodeLost(ctx context.Context, id string, fence *Fence) (time
 	}
 	if resp.Succeeded {
 		s.log.Warn("node lost its lease", "node", id)
+		if fence != nil {
+			s.applied("node lost", lost, fence, resp.Header.Revision)
+		}
 		return now, nil
 	}
 	r := resp.Responses
@@ -225,6 +228,9 @@ func (s *Store) CompleteForget(ctx context.Context, id string, fence *Fence) (bo
 	}
 	if tx.Succeeded {
 		s.log.Info("node forgotten", "node", id)
+		if fence != nil {
+			s.applied("node forgotten", info, fence, tx.Header.Revision)
+		}
 	}
 	return tx.Succeeded, 0, nil
 }

@@ -74,6 +74,9 @@ func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string, fence 
 	}
 	if tx.Succeeded {
 		s.log.Warn("removed stale deletion intent", "workspace", ws, "sandbox", name, "intent_uid", uid)
+		if fence != nil {
+			s.applied("stale intent removed", intent, fence, tx.Header.Revision)
+		}
 	}
 	return tx.Succeeded, nil
 }
@@ -181,6 +184,9 @@ func (s *Store) CollectAttachments(ctx context.Context, fence *Fence) (int, erro
 		if tx.Succeeded {
 			removed++
 			s.log.Warn("removed a key no sandbox holds", "key", fmt.Sprintf("%q", h.kv.Key))
+			if fence != nil {
+				s.applied("stray key removed", string(h.kv.Key), fence, tx.Header.Revision)
+			}
 		}
 	}
 	return removed, nil

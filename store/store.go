@@ -100,6 +100,14 @@ func (f *Fence) cmp() clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Revision)
 }
 
+// applied logs a fenced write that committed, with its fencing token and
+// commit revision: the chaos suite checks from these lines (JSON logs)
+// that no write of a deposed leader was ever applied (chaos/fencedwrites.go).
+// Every fenced Txn of the store reports here, so the check sees them all.
+func (s *Store) applied(what, key string, f *Fence, rev int64) {
+	s.log.Info("fenced write: "+what, "name", key, "fence_key", f.Key, "fence_rev", f.Revision, "commit_rev", rev)
+}
+
 // ErrFenced is returned for a fenced write after leadership was lost.
 var ErrFenced = &shoal.Error{Kind: shoal.KindUnavailable, Msg: "write fenced out: this node no longer holds the leader lease"}
 

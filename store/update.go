@@ -211,6 +211,9 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 			if u.committed != nil {
 				*u.committed = committedAt
 			}
+			if u.fence != nil {
+				s.applied("update", u.key, u.fence, committedAt)
+			}
 			if next == zero {
 				return zero, nil
 			}
