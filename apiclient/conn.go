@@ -28,8 +28,8 @@ import (
 //
 // A create is not among them: its request id makes a retry return what the
 // first attempt made, but only while that sandbox exists; one deleted in
-// between would be made again. The CLI retries its creates itself, and
-// says so.
+// between would be made again. A caller that accepts that (the CLI's
+// create) marks its call with Resendable.
 //
 // Any other UNAVAILABLE (a write that may have been applied before the
 // connection broke) is returned as it is. The node that last answered is
@@ -91,7 +91,7 @@ func (f *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 			f.answered(i)
 			return nil
 		}
-		if ctx.Err() != nil || !retryable(method, err) {
+		if ctx.Err() != nil || !retryable(ctx, method, err) {
 			return err
 		}
 	}
@@ -105,10 +105,24 @@ func (f *Conn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method stri
 	return &replayStream{f: f, ctx: ctx, desc: desc, method: method, opts: opts}, nil
 }
 
+type resendKey struct{}
+
+// Resendable marks the calls made with ctx as safe to send again, to
+// another node, after any UNAVAILABLE: the caller vouches that doing the
+// call twice is harmless (a create with a request id).
+func Resendable(ctx context.Context) context.Context {
+	return context.WithValue(ctx, resendKey{}, true)
+}
+
+func resendable(ctx context.Context) bool { v, _ := ctx.Value(resendKey{}).(bool); return v }
+
 // retryable reports whether a failed call may be sent to another node.
-func retryable(method string, err error) bool {
+func retryable(ctx context.Context, method string, err error) bool {
 	if status.Code(err) != codes.Unavailable {
 		return false
+	}
+	if resendable(ctx) {
+		return true
 	}
 	if shoal.IsNotApplied(err) || notSent(err) {
 		return true
@@ -174,7 +188,7 @@ func (s *replayStream) open() error {
 				return nil
 			}
 		}
-		if s.ctx.Err() != nil || !retryable(s.method, err) {
+		if s.ctx.Err() != nil || !retryable(s.ctx, s.method, err) {
 			return err
 		}
 	}
@@ -209,7 +223,7 @@ func (s *replayStream) RecvMsg(m any) error {
 			s.got = true
 			return nil
 		}
-		if s.got || err == io.EOF || s.ctx.Err() != nil || !retryable(s.method, err) || s.next >= len(s.f.conns) {
+		if s.got || err == io.EOF || s.ctx.Err() != nil || !retryable(s.ctx, s.method, err) || s.next >= len(s.f.conns) {
 			return err
 		}
 		s.cs = nil // the next node

@@ -118,6 +118,11 @@ func TestFailoverMovesOnOnlyWhenNothingWasDone(t *testing.T) {
 	if p, err := cl.GetProvider(ctx, &shoalv1.GetProviderRequest{}); err != nil || p.Meta.Name != "good" {
 		t.Fatalf("read past a broken node: %v, %v", p, err)
 	}
+	// Unless the caller vouches it may be sent twice.
+	cl = client(t, brokenA, goodA)
+	if p, err := cl.UpdateProvider(apiclient.Resendable(ctx), &shoalv1.UpdateProviderRequest{}); err != nil || p.Meta.Name != "good" {
+		t.Fatalf("resendable write past a broken node: %v, %v", p, err)
+	}
 
 	// A stream starts over on the next node until its first message.
 	cl = client(t, cutA, goodA)

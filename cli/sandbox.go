@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/apiclient"
 	"shoal/apiserver"
 )
 
@@ -102,7 +103,7 @@ credentials in its environment. Without a command the image's default runs.
 			req.RequestId = uuid.NewString()
 			var sb *shoalv1.Sandbox
 			for attempt := 1; ; attempt++ {
-				sb, err = api.CreateSandbox(ctx, req)
+				sb, err = api.CreateSandbox(apiclient.Resendable(ctx), req)
 				if status.Code(err) != codes.Unavailable || attempt == createAttempts || ctx.Err() != nil {
 					break
 				}
