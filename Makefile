@@ -7,7 +7,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION        := v0.8.2
 
-.PHONY: build run test bench image node-image cluster cluster-down proto lint chaos chaos-cluster soak clean
+.PHONY: build run test bench image node-image cluster cluster-down proto lint chaos chaos-cluster soak soak-cluster bench-scale clean
 
 # Static (no cgo): the chaos hosts run the binary in FROM-scratch containers.
 build:
@@ -27,8 +27,14 @@ bench: build image
 	( $(GO) test -run '^$$' -bench UpdateLoopVsRaw -benchtime 3000x -count 3 ./bench/ && \
 	  $(GO) test -run '^$$' -bench DeleteSandboxLatency -benchtime 1x -count 1 -timeout 20m ./bench/ && \
 	  $(GO) test -run '^$$' -bench CreateToReady -benchtime 30x -count 1 -timeout 20m ./bench/ && \
+	  $(GO) test -run '^$$' -bench 'CachedGetVsRaw' -benchtime 3000x -count 3 ./bench/ && \
+	  $(GO) test -run '^$$' -bench 'CachedListVsRaw|CreatesAt64Clients|ClientWatches|CacheMemory' -benchtime 1x -count 1 -timeout 20m ./bench/ && \
 	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench 'LeaderFailover|OwnerLossDelete|Forwarding|CreateThroughput' \
 	    -benchtime 1x -count 1 -timeout 30m ./bench/ ) 2>&1 | tee bench/last.txt
+
+# The fleet-scale run (docs/benchmarks.md): 3 real and 100 hollow nodes.
+bench-scale: build image
+	$(BIN) bench cluster --hollow-nodes 100 --sandboxes-per-node 100 --report reports/scale
 
 # The chaos suite (docs/chaos.md). CHAOS_DURATION and SOAK_DURATION override.
 CHAOS_DURATION ?= 5m
@@ -41,6 +47,9 @@ chaos-cluster: build image
 
 soak: build image
 	$(BIN) chaos soak --duration $(SOAK_DURATION) --report reports/soak
+
+soak-cluster: build image
+	$(BIN) chaos soak --cluster 3 --duration $(SOAK_DURATION) --report reports/soak-cluster
 
 image:
 	./deploy/image/build.sh $(IMAGE)

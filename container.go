@@ -39,6 +39,10 @@ type ContainerSpec struct {
 	Secrets     []string
 	CPUMillis   int64
 	MemoryBytes int64
+	// PidsLimit caps the container's processes (0: the engine's default).
+	PidsLimit int64
+	// ReadOnlyRoot makes the root filesystem read-only, with a tmpfs /tmp.
+	ReadOnlyRoot bool
 	// Settle, if positive, makes Run wait up to this long after the start
 	// for the container to stop, so that a command that ends at once is
 	// seen as ended, not running: an engine learns of an exit some 100 ms

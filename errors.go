@@ -24,6 +24,7 @@ const (
 	KindGone                    // a watch asked for a compacted revision
 	KindResourceExhausted       // a per-node cap (open streams) is reached; retry later
 	KindDataLoss                // a stored record does not decode; delete it by name
+	KindPermissionDenied        // the caller's role may not make this call
 )
 
 // Sentinels for errors.Is. Every *Error matches the sentinel of its Kind.
@@ -37,6 +38,7 @@ var (
 	ErrGone               = &Error{Kind: KindGone, Msg: "gone"}
 	ErrResourceExhausted  = &Error{Kind: KindResourceExhausted, Msg: "resource exhausted"}
 	ErrDataLoss           = &Error{Kind: KindDataLoss, Msg: "data loss"}
+	ErrPermissionDenied   = &Error{Kind: KindPermissionDenied, Msg: "permission denied"}
 )
 
 // Error is a typed error. Field names the offending request field for
@@ -66,7 +68,7 @@ func (e *Error) Is(target error) bool {
 func isSentinel(e *Error) bool {
 	switch e {
 	case ErrNotFound, ErrAlreadyExists, ErrConflict, ErrFailedPrecondition, ErrInvalid, ErrUnavailable, ErrGone,
-		ErrResourceExhausted, ErrDataLoss:
+		ErrResourceExhausted, ErrDataLoss, ErrPermissionDenied:
 		return true
 	}
 	return false
@@ -98,6 +100,10 @@ func Gone(format string, a ...any) error {
 
 func ResourceExhausted(format string, a ...any) error {
 	return &Error{Kind: KindResourceExhausted, Msg: fmt.Sprintf(format, a...)}
+}
+
+func PermissionDenied(format string, a ...any) error {
+	return &Error{Kind: KindPermissionDenied, Msg: fmt.Sprintf(format, a...)}
 }
 
 func DataLoss(format string, a ...any) error {
@@ -185,6 +191,8 @@ func GRPCStatus(err error) error {
 		code = codes.ResourceExhausted
 	case KindDataLoss:
 		code = codes.DataLoss
+	case KindPermissionDenied:
+		code = codes.PermissionDenied
 	default:
 		switch {
 		case errors.Is(err, context.DeadlineExceeded):

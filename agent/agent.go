@@ -15,6 +15,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/metrics"
 	"shoal/store"
 	"shoal/workqueue"
 )
@@ -26,6 +27,8 @@ type Store interface {
 	UpdateSandbox(ctx context.Context, ws, name string, pre store.Preconditions, mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error)
 	WatchSandboxes(ctx context.Context, ws, name string, fromRev int64) <-chan store.Event[*shoalv1.Sandbox]
 	GetProvider(ctx context.Context, ws, name string) (*shoalv1.Provider, error)
+	// OpenCredentials decrypts a provider's credentials (sealed at rest).
+	OpenCredentials(p *shoalv1.Provider) (map[string]string, error)
 	RecordTeardown(ctx context.Context, ws, name, uid string) error
 }
 
@@ -81,6 +84,10 @@ type Config struct {
 	// create-to-READY path pays nothing. Docker learns of an exit some
 	// 100 ms after it happens.
 	StartupWindow time.Duration
+	// Limits are the sandboxes' resource defaults and this node's maximums.
+	Limits Limits
+	// Metrics, if set, times provisioning and teardown and counts reaps.
+	Metrics *metrics.Metrics
 	// RestartDelay and MaxRestartDelay bound the backoff before a broken
 	// sandbox watch or Docker event stream is opened again.
 	RestartDelay    time.Duration
@@ -408,6 +415,7 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 		delete(a.orphans, c.ID)
 		a.reaped++
 		a.mu.Unlock()
+		a.cfg.Metrics.OrphanReaped()
 	}
 }
 
@@ -452,6 +460,7 @@ func (a *Agent) reconcile(ctx context.Context, it item) error {
 func (a *Agent) teardown(ctx context.Context, sb *shoalv1.Sandbox) error {
 	ctx, span := a.cfg.Tracer.Start(ctx, "agent.Teardown")
 	defer span.End()
+	defer func(start time.Time) { a.cfg.Metrics.Teardown(time.Since(start)) }(time.Now())
 	if err := a.cfg.Runtime.Remove(ctx, sb.Meta.Uid); err != nil {
 		return err
 	}
@@ -461,6 +470,7 @@ func (a *Agent) teardown(ctx context.Context, sb *shoalv1.Sandbox) error {
 func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	ctx, span := a.cfg.Tracer.Start(ctx, "agent.Provision")
 	defer span.End()
+	defer func(start time.Time) { a.cfg.Metrics.Provision(time.Since(start)) }(time.Now())
 	env, secrets, err := a.environment(ctx, sb)
 	if err != nil {
 		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
@@ -480,6 +490,15 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 		})
 	}
 	spec := sb.GetSpec()
+	cpu, mem, err := a.cfg.Limits.resources(spec.GetResources())
+	if err != nil {
+		msg := err.Error()
+		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
+			st.Phase = shoalv1.SandboxPhase_ERROR
+			st.Message = msg
+			store.SetCondition(st, "Provisioned", "False", "OverNodeMaximum", msg)
+		})
+	}
 	var settle time.Duration
 	if len(spec.GetCommand()) > 0 {
 		settle = a.cfg.StartupWindow
@@ -493,7 +512,7 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	id, err := a.cfg.Runtime.Run(rctx, shoal.ContainerSpec{
 		UID: sb.Meta.Uid, Name: sb.Meta.Name, Workspace: sb.Meta.Workspace,
 		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets,
-		CPUMillis: spec.GetResources().GetCpuMillis(), MemoryBytes: spec.GetResources().GetMemoryBytes(),
+		CPUMillis: cpu, MemoryBytes: mem, PidsLimit: a.cfg.Limits.Pids, ReadOnlyRoot: spec.GetReadOnlyRoot(),
 		Settle: settle,
 	})
 	if err != nil {
@@ -562,7 +581,11 @@ func (a *Agent) environment(ctx context.Context, sb *shoalv1.Sandbox) (env, secr
 		if err != nil {
 			return nil, nil, fmt.Errorf("provider %q: %w", p, err)
 		}
-		for k, v := range prov.Credentials {
+		creds, err := a.cfg.Store.OpenCredentials(prov)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k, v := range creds {
 			vars[k] = v
 			secrets = append(secrets, v)
 		}

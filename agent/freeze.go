@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"shoal"
@@ -82,34 +83,57 @@ func (a *Agent) checkLease(ctx context.Context, q *workqueue.Queue[item]) {
 	}
 }
 
-// freeze pauses every running container of this node, recording each in
-// FrozenFile first.
+// freeze pauses every running container of this node, recording them all
+// in FrozenFile first. The pauses run side by side (at most pauseWidth at
+// once): a host that finds its lease gone has the fence margin, counted
+// from the lease's expiry, to freeze everything, and one pause after
+// another on a busy engine took longer than that in a chaos run.
 func (a *Agent) freeze(ctx context.Context) error {
 	cs, err := a.cfg.Runtime.List(ctx)
 	if err != nil {
 		return err
 	}
-	var errs []error
-	n := 0
+	var run []string
 	for _, c := range cs {
 		if c.State != "running" {
 			continue // paused by someone else, or not running: not ours to thaw
 		}
 		a.paused[c.ID] = true
+		run = append(run, c.ID)
+	}
+	if len(run) > 0 {
 		if err := a.saveFrozen(); err != nil {
 			return err
 		}
-		if err := a.cfg.Runtime.Pause(ctx, c.ID); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		n++
 	}
+	var mu sync.Mutex
+	var errs []error
+	n := 0
+	sem := make(chan struct{}, pauseWidth)
+	var wg sync.WaitGroup
+	for _, id := range run {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := a.cfg.Runtime.Pause(ctx, id)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			n++
+		})
+	}
+	wg.Wait()
 	if n > 0 || !a.frozen {
 		a.log.Warn("node does not hold its lease: froze its containers until it does", "paused", n)
 	}
 	return errors.Join(errs...)
 }
+
+// pauseWidth bounds the pauses freeze has in flight at once.
+const pauseWidth = 16
 
 // rejoin reconciles the containers with the records after the node held no
 // lease, or registered anew (which includes its first start): containers of

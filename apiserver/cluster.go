@@ -6,6 +6,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/encryption"
+	"shoal/pki"
 	"shoal/store"
 )
 
@@ -18,7 +20,11 @@ type ClusterConfig struct {
 	// EtcdMember is the client URL of the node's embedded etcd member,
 	// which Snapshot reads; empty on a node without one (then any member).
 	EtcdMember string
-	Logger     *slog.Logger
+	// Transport dials the member (mutual TLS, or plaintext when nil).
+	Transport *pki.Transport
+	// Keys is the node's key ring, for RotateEncryptionKey; nil: none.
+	Keys   *encryption.KeyRing
+	Logger *slog.Logger
 }
 
 // ClusterServer implements shoal.v1.Cluster. Every node serves it.

@@ -324,7 +324,7 @@ func (s *ClusterServer) Snapshot(_ *shoalv1.SnapshotRequest, stream grpc.ServerS
 	ctx := stream.Context()
 	c := s.cfg.Etcd
 	if s.cfg.EtcdMember != "" {
-		own, err := embedetcd.Dial([]string{s.cfg.EtcdMember})
+		own, err := embedetcd.Dial([]string{s.cfg.EtcdMember}, embedetcd.WithTLS(s.cfg.Transport.ClientTLS()))
 		if err != nil {
 			return shoal.Unavailable("this node's etcd member: %v", err)
 		}

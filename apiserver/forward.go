@@ -7,13 +7,17 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/pki"
 	"shoal/store"
+	"shoal/tracing"
 )
 
 // Any node serves any call: a call that needs a sandbox's container (exec,
@@ -28,8 +32,10 @@ const forwardedBy = "shoal-forwarded-by"
 
 // peers caches one client connection per peer address.
 type peers struct {
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	transport *pki.Transport // a node's certificate, when the cluster runs mutual TLS
+	tracing   trace.TracerProvider
+	mu        sync.Mutex
+	conns     map[string]*grpc.ClientConn
 }
 
 func (p *peers) client(addr string) (shoalv1.ShoalClient, error) {
@@ -38,7 +44,12 @@ func (p *peers) client(addr string) (shoalv1.ShoalClient, error) {
 	if c, ok := p.conns[addr]; ok {
 		return shoalv1.NewShoalClient(c), nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	tp := p.tracing
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(p.transport.DialCreds()),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(tracing.Propagator))),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxResponseBytes), grpc.MaxCallSendMsgSize(MaxRequestBytes)))
 	if err != nil {
 		return nil, shoal.Unavailable("peer %s: %v", addr, err)
@@ -59,6 +70,25 @@ func (p *peers) close() {
 	}
 }
 
+// forwarder is the node that forwarded this call, or "". Only a node's
+// word is taken: over TLS the header counts from a caller whose
+// certificate names the node role, so a client cannot pose as a
+// forwarding node (in the audit log, or to stop a call being forwarded).
+// A plaintext node serves loopback (or --insecure) and trusts its callers.
+func (s *Server) forwarder(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(forwardedBy)
+	if len(v) == 0 {
+		return ""
+	}
+	if s.cfg.Transport.Secure() {
+		if id, err := identity(ctx); err != nil || id.Role != pki.RoleNode {
+			return ""
+		}
+	}
+	return v[0]
+}
+
 // owner returns the client of the node that owns sb, or nil when it is
 // this node.
 func (s *Server) owner(ctx context.Context, sb *shoalv1.Sandbox) (shoalv1.ShoalClient, context.Context, error) {
@@ -67,9 +97,9 @@ func (s *Server) owner(ctx context.Context, sb *shoalv1.Sandbox) (shoalv1.ShoalC
 		return nil, ctx, nil
 	}
 	name := sb.GetMeta().GetName()
-	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get(forwardedBy)) > 0 {
+	if by := s.forwarder(ctx); by != "" {
 		return nil, nil, shoal.FailedPrecondition("sandbox %q belongs to node %q, and node %q was asked for it by node %q: their registry entries disagree",
-			name, node, s.cfg.Node, md.Get(forwardedBy)[0])
+			name, node, s.cfg.Node, by)
 	}
 	n, err := s.cfg.Store.GetNode(ctx, node)
 	if shoal.KindOf(err) == shoal.KindNotFound {

@@ -82,8 +82,12 @@ func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProvider
 				p.Meta.Labels = maps.Clone(in.Meta.Labels)
 			}
 			// The request alone fits; with what it keeps of the stored
-			// provider it must fit too.
-			return validBytes("provider", &shoalv1.Provider{Credentials: p.Credentials, Config: p.Config}, MaxSpecBytes)
+			// provider (opened: the limit is on plaintext) it must fit too.
+			creds, err := s.cfg.Store.OpenCredentials(p)
+			if err != nil {
+				return err
+			}
+			return validBytes("provider", &shoalv1.Provider{Credentials: creds, Config: p.Config}, MaxSpecBytes)
 		})
 	return redact(p), err
 }

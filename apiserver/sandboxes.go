@@ -92,7 +92,11 @@ func (s *Server) envFits(ctx context.Context, w string, env map[string]string, p
 		if err != nil {
 			continue
 		}
-		maps.Copy(vars, prov.Credentials)
+		creds, err := s.cfg.Store.OpenCredentials(prov)
+		if err != nil {
+			return err // this node cannot open them: say so now
+		}
+		maps.Copy(vars, creds)
 	}
 	list := make([]string, 0, len(vars))
 	for k, v := range vars {

@@ -15,10 +15,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/metrics"
+	"shoal/pki"
 	"shoal/store"
 )
 
@@ -47,6 +50,9 @@ type Config struct {
 	// MaxWatches and MaxExecs cap the streams served at once: watches,
 	// and container streams (exec, logs --follow). 0 means the defaults.
 	MaxWatches, MaxExecs int
+	// MaxStreamsPerClient caps the streams one client holds at once (0:
+	// DefaultMaxStreamsPerClient; negative: no cap).
+	MaxStreamsPerClient int
 	// Node is assigned to the sandboxes this server creates.
 	Node string
 	// Liveness, if set, says whether the node holds its liveness lease.
@@ -57,8 +63,18 @@ type Config struct {
 	Liveness Liveness
 	// DefaultImage for sandboxes that name none.
 	DefaultImage string
-	Logger       *slog.Logger
-	Tracer       trace.Tracer
+	// Transport serves the API and dials other nodes (forwarding): mutual
+	// TLS, or plaintext when nil.
+	Transport *pki.Transport
+	// Audit, if set, receives a record of every mutating call and exec.
+	Audit Auditor
+	// Metrics, if set, counts calls by method and code, with latencies.
+	Metrics *metrics.Metrics
+	Logger  *slog.Logger
+	Tracer  trace.Tracer
+	// TracerProvider, if set, traces forwarded calls (their trace context
+	// goes to the owner node).
+	TracerProvider trace.TracerProvider
 }
 
 // Liveness is the node's hold on its liveness lease (registry.Registry).
@@ -73,10 +89,11 @@ type Server struct {
 	peers  peers
 
 	// life ends at Shutdown; streams and waits end with it.
-	life     context.Context
-	shutdown context.CancelCauseFunc
-	watches  *streamCap
-	execs    *streamCap
+	life      context.Context
+	shutdown  context.CancelCauseFunc
+	watches   *streamCap
+	execs     *streamCap
+	perClient *clientStreams
 }
 
 var _ shoalv1.ShoalServer = (*Server)(nil)
@@ -101,9 +118,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxExecs <= 0 {
 		cfg.MaxExecs = DefaultMaxExecs
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("subsystem", "api"), tokens: &tokenSigner{st: cfg.Store},
+	s := &Server{cfg: cfg, log: cfg.Logger.With("subsystem", "api"), tokens: &tokenSigner{st: cfg.Store}, peers: peers{transport: cfg.Transport, tracing: cfg.TracerProvider},
 		watches: newStreamCap(cfg.MaxWatches, "watch streams", "max-watches"),
 		execs:   newStreamCap(cfg.MaxExecs, "exec and log-follow streams", "max-execs")}
+	if cfg.MaxStreamsPerClient == 0 {
+		cfg.MaxStreamsPerClient = DefaultMaxStreamsPerClient
+	}
+	s.cfg.MaxStreamsPerClient = cfg.MaxStreamsPerClient
+	s.perClient = &clientStreams{max: cfg.MaxStreamsPerClient, n: map[string]int{}}
 	s.life, s.shutdown = context.WithCancelCause(context.Background())
 	return s, nil
 }
@@ -113,6 +135,7 @@ func New(cfg Config) (*Server, error) {
 // trace and log (method, code and duration only: never a request body).
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.Creds(s.cfg.Transport.ServerCreds()),
 		grpc.MaxRecvMsgSize(MaxRequestBytes),
 		grpc.MaxSendMsgSize(MaxResponseBytes),
 		grpc.ChainUnaryInterceptor(s.unary),
@@ -133,13 +156,22 @@ func (s *Server) live(method string) error {
 func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
 	start := time.Now()
 	ctx, span := s.cfg.Tracer.Start(ctx, info.FullMethod, trace.WithSpanKind(trace.SpanKindServer))
+	reqID := ""
+	if audited(info.FullMethod) {
+		reqID = requestID(ctx, req)
+		_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, reqID))
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("panic in handler", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
 			err = shoal.GRPCStatus(errors.New("internal error"))
 		}
 		s.finish(span, info.FullMethod, start, err)
+		s.audit(ctx, info.FullMethod, req, reqID, start, err)
 	}()
+	if err := s.authorize(ctx, info.FullMethod); err != nil {
+		return nil, shoal.GRPCStatus(err)
+	}
 	if err := s.live(info.FullMethod); err != nil {
 		return nil, shoal.GRPCStatus(err)
 	}
@@ -149,11 +181,19 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 
 func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
 	start := time.Now()
-	_, span := s.cfg.Tracer.Start(ss.Context(), info.FullMethod, trace.WithSpanKind(trace.SpanKindServer))
+	// The handler's context carries the span: what it does (an exec
+	// forwarded to the owner, the store reads) are children of the call.
+	sctx, span := s.cfg.Tracer.Start(ss.Context(), info.FullMethod, trace.WithSpanKind(trace.SpanKindServer))
 	// Every stream's context also ends at Shutdown, so that no handler
 	// holds GracefulStop: a watch or a follow would run until its client
 	// left, and an exec until its command ended.
-	ctx, cancel := s.bindShutdown(ss.Context())
+	ctx, cancel := s.bindShutdown(sctx)
+	first := &firstMessage{ServerStream: ss}
+	reqID := ""
+	if audited(info.FullMethod) {
+		reqID = requestID(ss.Context(), nil)
+		_ = ss.SetHeader(metadata.Pairs(RequestIDHeader, reqID))
+	}
 	defer func() {
 		cancel()
 		if r := recover(); r != nil {
@@ -161,11 +201,20 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 			err = shoal.GRPCStatus(errors.New("internal error"))
 		}
 		s.finish(span, info.FullMethod, start, err)
+		s.audit(ss.Context(), info.FullMethod, first.first, reqID, start, err)
 	}()
+	if err := s.authorize(ctx, info.FullMethod); err != nil {
+		return shoal.GRPCStatus(err)
+	}
 	if err := s.live(info.FullMethod); err != nil {
 		return shoal.GRPCStatus(err)
 	}
-	err = h(srv, &boundStream{ServerStream: ss, ctx: ctx})
+	release, err := s.perClient.acquire(ss.Context(), s.cfg.Transport.Secure())
+	if err != nil {
+		return shoal.GRPCStatus(err)
+	}
+	defer release()
+	err = h(srv, &boundStream{ServerStream: first, ctx: ctx})
 	if ss.Context().Err() == nil && errors.Is(context.Cause(ctx), errShuttingDown) {
 		// The client is still there: tell it why its stream ended.
 		err = errShuttingDown
@@ -180,6 +229,7 @@ func (s *Server) finish(span trace.Span, method string, start time.Time, err err
 		span.SetStatus(codes.Error, st.Code().String())
 	}
 	span.End()
+	s.cfg.Metrics.APIRequest(method, st.Code().String(), time.Since(start))
 	s.log.Debug("rpc", "method", method, "code", st.Code().String(), "duration", time.Since(start))
 }
 

@@ -2,10 +2,12 @@ package apiserver
 
 import (
 	"context"
+	"sync"
 
 	"google.golang.org/grpc"
 
 	"shoal"
+	"shoal/pki"
 )
 
 // Default stream caps; node.Config sets them from --max-watches and
@@ -15,6 +17,10 @@ import (
 const (
 	DefaultMaxWatches = 1000
 	DefaultMaxExecs   = 100
+	// DefaultMaxStreamsPerClient caps one client certificate's open
+	// streams on a node (mutual TLS only: a plaintext node serves
+	// loopback, where every client has the same address).
+	DefaultMaxStreamsPerClient = 256
 )
 
 // streamCap bounds how many streams of one kind are served at once. Each
@@ -70,3 +76,45 @@ type boundStream struct {
 }
 
 func (b *boundStream) Context() context.Context { return b.ctx }
+
+// clientStreams caps the streams one client holds open at once (every
+// stream: watches, exec, logs, snapshots), so that one client cannot take
+// a node's whole --max-watches or --max-execs. A client is its
+// certificate's subject (mutual TLS only); other nodes (role node,
+// forwarding their own clients' calls) are not capped here.
+type clientStreams struct {
+	max int
+	mu  sync.Mutex
+	n   map[string]int
+}
+
+func (c *clientStreams) acquire(ctx context.Context, secure bool) (release func(), err error) {
+	if c == nil || c.max <= 0 {
+		return func() {}, nil
+	}
+	if !secure {
+		return func() {}, nil
+	}
+	id, err := identity(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if id.Role == pki.RoleNode {
+		return func() {}, nil
+	}
+	key := id.Subject
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n[key] >= c.max {
+		return nil, shoal.ResourceExhausted("this client (%s) already holds %d open streams on this node, its cap per client (--max-streams-per-client); close some, or spread them over other nodes",
+			key, c.max)
+	}
+	c.n[key]++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.n[key]--; c.n[key] <= 0 {
+			delete(c.n, key)
+		}
+	}, nil
+}

@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	shoalv1 "shoal/api/shoal/v1"
-	"shoal/chaos/dockerproxy"
 	"shoal/lease"
 )
 
@@ -312,20 +310,7 @@ func (f *hostDockerFaults) Inject(context.Context) error {
 	if p == nil {
 		return nil
 	}
-	seed := f.rng.Uint64()
-	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	p.SetRule(func(req *http.Request) dockerproxy.Rule {
-		if strings.HasSuffix(req.URL.Path, "/events") {
-			return dockerproxy.Rule{}
-		}
-		switch n := r.IntN(10); {
-		case n < 3:
-			return dockerproxy.Rule{Fail: http.StatusInternalServerError}
-		case n < 6:
-			return dockerproxy.Rule{Delay: 150 * time.Millisecond}
-		}
-		return dockerproxy.Rule{}
-	})
+	p.SetRule(dockerFaultRule(f.rng.Uint64()))
 	return nil
 }
 func (f *hostDockerFaults) Heal(context.Context) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +28,7 @@ import (
 	"shoal/chaos/tcpproxy"
 	"shoal/docker"
 	"shoal/embedetcd"
+	"shoal/internal/freeport"
 	"shoal/store"
 )
 
@@ -77,14 +77,7 @@ const (
 	chaosOrphanGrace = 2 * time.Second
 )
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+func freePort() (int, error) { return freeport.Get() }
 
 func newEnv(ctx context.Context, cfg Config) (*env, error) {
 	e := &env{cfg: cfg}

@@ -67,10 +67,16 @@ func (f dockerFaults) Hold(rng *rand.Rand) time.Duration {
 	return time.Duration(1+rng.IntN(3)) * time.Second
 }
 func (f dockerFaults) Inject(context.Context) error {
-	seed := f.rng.Uint64()
+	f.e.dockerProxy.SetRule(dockerFaultRule(f.rng.Uint64()))
+	return nil
+}
+
+// dockerFaultRule fails 30% of Docker API calls and delays another 30% by
+// 150 ms, drawn from seed; the event stream is always spared. The rule
+// runs on the proxy's goroutines, which draw under its lock.
+func dockerFaultRule(seed uint64) func(*http.Request) dockerproxy.Rule {
 	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
-	f.e.dockerProxy.SetRule(func(req *http.Request) dockerproxy.Rule {
-		// The rule runs on the proxy's goroutines: draw under its lock.
+	return func(req *http.Request) dockerproxy.Rule {
 		if strings.HasSuffix(req.URL.Path, "/events") {
 			return dockerproxy.Rule{}
 		}
@@ -81,8 +87,7 @@ func (f dockerFaults) Inject(context.Context) error {
 			return dockerproxy.Rule{Delay: 150 * time.Millisecond}
 		}
 		return dockerproxy.Rule{}
-	})
-	return nil
+	}
 }
 func (f dockerFaults) Heal(context.Context) error { f.e.dockerProxy.Release(); return nil }
 

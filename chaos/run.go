@@ -156,13 +156,15 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 		}
 		var sctx context.Context
 		sctx, sampleStop = context.WithCancel(ctx)
-		defer sampleStop()
 		sampleWG.Go(func() {
 			if err := cs.Run(sctx); err != nil && sctx.Err() == nil {
 				logf(cfg, "scenario %s: cluster sampler: %v", name, err)
 			}
 		})
-		defer sampleWG.Wait()
+		// Stop, then wait: on every return (two defers would run in the
+		// other order, and an early return, a fault that failed, waited
+		// for a sampler nothing had stopped).
+		defer func() { sampleStop(); sampleWG.Wait() }()
 		select {
 		case <-cs.Ready():
 		case <-ctx.Done():
@@ -204,6 +206,7 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 	}()
 	wg.Wait()
 	if faultErr != nil {
+		logf(cfg, "scenario %s: %v", name, faultErr)
 		return sr, faultErr
 	}
 	sr.Harassment = Harassment{LabelFlips: t.labelFlips, StatusWrites: t.statusWrites, IdenticalRewrites: t.rewrites}
@@ -269,6 +272,9 @@ func scenarioOps(all []Op, name string) []Op {
 	return out
 }
 
+// faultTimeout bounds one fault's injection, hold and healing.
+const faultTimeout = 5 * time.Minute
+
 // schedule injects faults one after another until ctx ends, and always
 // heals the last one.
 // injected counts the faults so far, for the progress line (sr.Faults is
@@ -283,10 +289,14 @@ func schedule(ctx context.Context, e *env, h *history, faults []Fault, rng *rand
 		}
 		f := faults[rng.IntN(len(faults))]
 		hold := f.Hold(rng)
-		bg := context.WithoutCancel(ctx)
+		// Faults outlive the traffic's context (a fault is always healed)
+		// but not forever: a node that never serves again is an error,
+		// not a hang.
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), faultTimeout)
 		h.setFault(1)
 		at := time.Now()
 		if err := f.Inject(bg); err != nil {
+			cancel()
 			h.setFault(-1)
 			return fmt.Errorf("inject %s: %w", f.Name(), err)
 		}
@@ -295,6 +305,7 @@ func schedule(ctx context.Context, e *env, h *history, faults []Fault, rng *rand
 		case <-time.After(hold):
 		}
 		err := f.Heal(bg)
+		cancel()
 		h.setFault(-1)
 		rec := FaultRecord{Name: f.Name(), At: at, Held: time.Since(at)}
 		if t, ok := f.(interface{ Target() string }); ok {

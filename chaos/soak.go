@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,60 +16,80 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/docker"
 )
 
-// Sample is one measurement of the node's resources.
+// Sample is one measurement of a node's resources after a cycle's cleanup.
 type Sample struct {
-	At         time.Time `json:"at"`
-	Goroutines int       `json:"goroutines"`
-	RSSBytes   int64     `json:"rss_bytes"`
-	FDs        int       `json:"fds"`
-	Containers int       `json:"containers"`
-	EtcdDBSize int64     `json:"etcd_db_bytes"`
+	At    time.Time `json:"at"`
+	Cycle int       `json:"cycle"`
+	// Node is the node's id; on a cluster every node is sampled (a
+	// replacement from its first cycle on).
+	Node       string `json:"node"`
+	Goroutines int    `json:"goroutines"`
+	RSSBytes   int64  `json:"rss_bytes"`
+	FDs        int    `json:"fds"`
+	// Containers are the shoal containers on the node's engine.
+	Containers int `json:"containers"`
+	// EtcdDBSize is the size of the node's etcd member's database (0 for
+	// a worker, which runs none).
+	EtcdDBSize int64 `json:"etcd_db_bytes"`
 }
 
 // SoakResult is the outcome of a soak.
 type SoakResult struct {
 	Seed       int64       `json:"seed"`
+	Cluster    int         `json:"cluster,omitempty"`
+	Workers    int         `json:"workers,omitempty"`
 	Cycles     int         `json:"cycles"`
 	Ops        int         `json:"ops"`
+	Faults     int         `json:"faults"`
 	Samples    []Sample    `json:"samples"`
 	Violations []Violation `json:"violations"`
 	// Growth lists the resources that grew past their bound.
 	Growth []string `json:"growth"`
+	// Started and Finished bound the soak.
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
 }
 
 // Failed reports whether the soak found a problem.
 func (r *SoakResult) Failed() bool { return len(r.Violations) > 0 || len(r.Growth) > 0 }
 
-// Bounds on growth from the first cycle's sample (the baseline, taken after
-// warm-up) to any later one. docs/chaos.md states them.
+// Bounds on growth from a node's first sample (its baseline, taken after
+// a cycle of warm-up) to any later one. docs/chaos.md states them.
 func growthViolations(base, s Sample) []string {
 	var out []string
+	node := ""
+	if s.Node != "" {
+		node = "node " + s.Node + ": "
+	}
 	if lim := base.Goroutines*3/2 + 50; s.Goroutines > lim {
-		out = append(out, fmt.Sprintf("goroutines %d > bound %d (baseline %d)", s.Goroutines, lim, base.Goroutines))
+		out = append(out, fmt.Sprintf("%sgoroutines %d > bound %d (baseline %d)", node, s.Goroutines, lim, base.Goroutines))
 	}
 	if lim := base.RSSBytes*3/2 + 64<<20; s.RSSBytes > lim {
-		out = append(out, fmt.Sprintf("RSS %d MiB > bound %d MiB (baseline %d MiB)", s.RSSBytes>>20, lim>>20, base.RSSBytes>>20))
+		out = append(out, fmt.Sprintf("%sRSS %d MiB > bound %d MiB (baseline %d MiB)", node, s.RSSBytes>>20, lim>>20, base.RSSBytes>>20))
 	}
 	if lim := base.FDs + 50; s.FDs > lim {
-		out = append(out, fmt.Sprintf("open fds %d > bound %d (baseline %d)", s.FDs, lim, base.FDs))
+		out = append(out, fmt.Sprintf("%sopen fds %d > bound %d (baseline %d)", node, s.FDs, lim, base.FDs))
 	}
 	if lim := base.Containers; s.Containers > lim {
-		out = append(out, fmt.Sprintf("containers after cleanup %d > bound %d", s.Containers, lim))
+		out = append(out, fmt.Sprintf("%scontainers after cleanup %d > bound %d", node, s.Containers, lim))
 	}
 	if lim := base.EtcdDBSize*2 + 64<<20; s.EtcdDBSize > lim {
-		out = append(out, fmt.Sprintf("etcd db %d MiB > bound %d MiB (baseline %d MiB)", s.EtcdDBSize>>20, lim>>20, base.EtcdDBSize>>20))
+		out = append(out, fmt.Sprintf("%setcd db %d MiB > bound %d MiB (baseline %d MiB)", node, s.EtcdDBSize>>20, lim>>20, base.EtcdDBSize>>20))
 	}
 	return out
 }
 
 // Soak runs every scenario back to back until total has passed, checking
-// the invariants each cycle and sampling resources after each cycle's
-// cleanup.
+// the invariants each cycle and sampling every node's resources after each
+// cycle's cleanup.
 func Soak(ctx context.Context, cfg Config, total time.Duration) (*SoakResult, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -80,63 +102,75 @@ func Soak(ctx context.Context, cfg Config, total time.Duration) (*SoakResult, er
 		return nil, err
 	}
 	defer e.close()
-	res := &SoakResult{Seed: cfg.Seed}
+	res := &SoakResult{Seed: cfg.Seed, Cluster: cfg.Cluster, Workers: cfg.Workers, Started: time.Now()}
 	h := newHistory()
 	end := time.Now().Add(total)
 	per := cfg.Duration / time.Duration(len(cfg.Scenarios))
-	var base *Sample
+	base := map[string]Sample{}
 	for cycle := 0; time.Now().Before(end) && ctx.Err() == nil; cycle++ {
 		for i, name := range cfg.Scenarios {
 			inst := fmt.Sprintf("%s-c%d", name, cycle)
 			sr, err := runScenario(ctx, e, h, cfg, cycle*len(cfg.Scenarios)+i, name, inst, per, nil)
 			if err != nil {
-				return res, fmt.Errorf("cycle %d, scenario %s: %w", cycle, name, err)
+				return res, res.finish(cfg, h, fmt.Errorf("cycle %d, scenario %s: %w", cycle, name, err))
 			}
 			res.Violations = append(res.Violations, sr.Violations...)
+			res.Faults += len(sr.Faults)
 		}
 		if err := cleanup(ctx, e); err != nil {
-			return res, fmt.Errorf("cycle %d cleanup: %w", cycle, err)
+			return res, res.finish(cfg, h, fmt.Errorf("cycle %d cleanup: %w", cycle, err))
 		}
 		if err := compact(ctx, e); err != nil {
-			return res, fmt.Errorf("cycle %d compaction: %w", cycle, err)
+			return res, res.finish(cfg, h, fmt.Errorf("cycle %d compaction: %w", cycle, err))
 		}
-		s, err := sample(ctx, e)
+		ss, err := sampleNodes(ctx, e, cycle)
 		if err != nil {
-			return res, err
+			return res, res.finish(cfg, h, fmt.Errorf("cycle %d sample: %w", cycle, err))
 		}
-		res.Samples = append(res.Samples, s)
+		res.Samples = append(res.Samples, ss...)
 		res.Cycles = cycle + 1
-		logf(cfg, "soak cycle %d: goroutines %d, rss %d MiB, fds %d, containers %d, etcd db %d MiB, violations so far %d",
-			cycle, s.Goroutines, s.RSSBytes>>20, s.FDs, s.Containers, s.EtcdDBSize>>20, len(res.Violations))
-		if base == nil {
-			base = &s
-			continue
+		for _, s := range ss {
+			logf(cfg, "soak cycle %d: node %s: goroutines %d, rss %d MiB, fds %d, containers %d, etcd db %d MiB",
+				cycle, s.Node, s.Goroutines, s.RSSBytes>>20, s.FDs, s.Containers, s.EtcdDBSize>>20)
+			b, ok := base[s.Node]
+			if !ok {
+				base[s.Node] = s
+				continue
+			}
+			res.Growth = append(res.Growth, growthViolations(b, s)...)
 		}
-		if g := growthViolations(*base, s); len(g) > 0 {
-			res.Growth = append(res.Growth, g...)
-			break
-		}
-		if len(res.Violations) > 0 {
+		logf(cfg, "soak cycle %d done: %d violations, %d growth past bound so far", cycle, len(res.Violations), len(res.Growth))
+		if res.Failed() {
 			break
 		}
 	}
-	res.Ops = len(h.snapshot())
-	if cfg.ReportDir != "" {
-		if err := os.MkdirAll(cfg.ReportDir, 0o755); err != nil {
-			return res, err
-		}
-		b, _ := json.MarshalIndent(res, "", "  ")
-		if err := os.WriteFile(filepath.Join(cfg.ReportDir, "soak.json"), b, 0o644); err != nil {
-			return res, err
-		}
-	}
-	return res, ctx.Err()
+	return res, res.finish(cfg, h, ctx.Err())
 }
 
-// compact drops etcd's history up to now and defragments, so that the db
-// size sampled next measures live keys (a leak of records, intents or
-// attachment keys would show) rather than the history a cycle wrote. The
-// cycle's checks, which read that history, are done by then.
+// finish fills the totals and writes soak.json (also for a soak that
+// could not go on: what it saw until then is the evidence).
+func (r *SoakResult) finish(cfg Config, h *history, err error) error {
+	r.Finished = time.Now()
+	r.Ops = len(h.snapshot())
+	if cfg.ReportDir == "" {
+		return err
+	}
+	if werr := os.MkdirAll(cfg.ReportDir, 0o755); werr != nil {
+		return errors.Join(err, werr)
+	}
+	b, _ := json.MarshalIndent(r, "", "  ")
+	if werr := os.WriteFile(filepath.Join(cfg.ReportDir, "soak.json"), b, 0o644); werr != nil {
+		return errors.Join(err, werr)
+	}
+	var sum bytes.Buffer
+	r.WriteSummary(&sum)
+	return errors.Join(err, os.WriteFile(filepath.Join(cfg.ReportDir, "summary.txt"), sum.Bytes(), 0o644))
+}
+
+// compact drops etcd's history up to now and defragments every member,
+// so that the db size sampled next measures live keys (a leak of records,
+// intents or attachment keys would show) rather than the history a cycle
+// wrote. The cycle's checks, which read that history, are done by then.
 func compact(ctx context.Context, e *env) error {
 	resp, err := e.raw.Get(ctx, "compact-marker")
 	if err != nil {
@@ -145,8 +179,20 @@ func compact(ctx context.Context, e *env) error {
 	if _, err := e.raw.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 		return err
 	}
-	_, err = e.raw.Defragment(ctx, e.etcd.Endpoint())
-	return err
+	for _, ep := range e.members() {
+		if _, err := e.raw.Defragment(ctx, ep); err != nil {
+			return fmt.Errorf("defragment %s: %w", ep, err)
+		}
+	}
+	return nil
+}
+
+// members are the etcd client URLs of the members under test.
+func (e *env) members() []string {
+	if e.hosts != nil {
+		return e.hosts.EtcdEndpoints()
+	}
+	return []string{e.etcd.Endpoint()}
 }
 
 // cleanup deletes every sandbox (wait) and then every provider, so each
@@ -175,25 +221,84 @@ func cleanup(ctx context.Context, e *env) error {
 	return nil
 }
 
-func sample(ctx context.Context, e *env) (Sample, error) {
+// sampleNodes samples every node under test: the one owned node, or
+// every host of the cluster not replaced. The cluster has converged after
+// the cycle's cleanup, but a node just restarted may still be starting its
+// debug listener: each node gets a short deadline.
+func sampleNodes(ctx context.Context, e *env, cycle int) ([]Sample, error) {
+	if e.hosts == nil {
+		s, err := sampleOne(ctx, e.pid, e.debug, func(ctx context.Context) (int, error) {
+			cs, err := e.containers(ctx)
+			return len(cs), err
+		}, e.etcd.Endpoint(), e)
+		s.Node, s.Cycle = e.nodeID, cycle
+		return []Sample{s}, err
+	}
+	var out []Sample
+	for _, i := range e.liveIndexes() {
+		id := e.hosts.ID(i)
+		eng := e.hosts.Engine(i)
+		pid := func() int {
+			p, err := e.hosts.PID(ctx, i)
+			if err != nil {
+				return 0
+			}
+			return p
+		}
+		var s Sample
+		var err error
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			s, err = sampleOne(ctx, pid, e.hosts.DebugAddr(i), func(ctx context.Context) (int, error) {
+				cs, err := eng.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
+					filters.Arg("label", docker.LabelManaged+"=true"), filters.Arg("label", docker.LabelNode+"="+id))})
+				return len(cs), err
+			}, e.hosts.ClientURL(i), e)
+			if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+		if err != nil {
+			return out, fmt.Errorf("node %s: %w", id, err)
+		}
+		s.Node, s.Cycle = id, cycle
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// sampleOne reads one node's process figures from /proc (pid), its
+// goroutines from its pprof listener (debug), its container count, and
+// its etcd member's db size (member "" for a worker).
+func sampleOne(ctx context.Context, pid func() int, debug string, containers func(context.Context) (int, error), member string, e *env) (Sample, error) {
 	s := Sample{At: time.Now()}
+	p := pid()
+	if p == 0 {
+		return s, errors.New("node process not running")
+	}
 	var err error
-	if s.RSSBytes, s.FDs, err = procStats(e.pid()); err != nil {
+	if s.RSSBytes, s.FDs, err = procStats(p); err != nil {
 		return s, fmt.Errorf("node process stats: %w", err)
 	}
-	if s.Goroutines, err = goroutines(ctx, e.debug); err != nil {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if s.Goroutines, err = goroutines(cctx, debug); err != nil {
 		return s, err
 	}
-	cs, err := e.containers(ctx)
-	if err != nil {
-		return s, err
+	if s.Containers, err = containers(cctx); err != nil {
+		return s, fmt.Errorf("containers: %w", err)
 	}
-	s.Containers = len(cs)
-	st, err := e.raw.Status(ctx, e.etcd.Endpoint())
-	if err != nil {
-		return s, err
+	if member != "" {
+		st, err := e.raw.Status(cctx, member)
+		if err != nil {
+			return s, fmt.Errorf("etcd member %s: %w", member, err)
+		}
+		s.EtcdDBSize = st.DbSize
 	}
-	s.EtcdDBSize = st.DbSize
 	return s, nil
 }
 
@@ -220,13 +325,33 @@ func goroutines(ctx context.Context, addr string) (int, error) {
 	return strconv.Atoi(f[len(f)-1])
 }
 
-// WriteSummary prints the soak's samples and verdict.
+// WriteSummary prints the soak's samples, each node's range and the
+// verdict.
 func (r *SoakResult) WriteSummary(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "seed\t%d\ncycles\t%d\nops\t%d\n\n", r.Seed, r.Cycles, r.Ops)
-	fmt.Fprintln(tw, "CYCLE\tGOROUTINES\tRSS MiB\tFDS\tCONTAINERS\tETCD DB MiB")
-	for i, s := range r.Samples {
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\n", i, s.Goroutines, s.RSSBytes>>20, s.FDs, s.Containers, s.EtcdDBSize>>20)
+	fmt.Fprintf(tw, "seed\t%d\n", r.Seed)
+	if r.Cluster > 0 {
+		fmt.Fprintf(tw, "cluster\t%d voters, %d workers\n", r.Cluster, r.Workers)
+	}
+	fmt.Fprintf(tw, "cycles\t%d\nops\t%d\nfaults\t%d\n", r.Cycles, r.Ops, r.Faults)
+	if !r.Started.IsZero() && !r.Finished.IsZero() {
+		fmt.Fprintf(tw, "elapsed\t%s\n", r.Finished.Sub(r.Started).Round(time.Second))
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "CYCLE\tNODE\tGOROUTINES\tRSS MiB\tFDS\tCONTAINERS\tETCD DB KiB")
+	for _, s := range r.Samples {
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%s\n", s.Cycle, s.Node, s.Goroutines, s.RSSBytes>>20, s.FDs, s.Containers, kib(s.EtcdDBSize))
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "NODE\tCYCLES\tGOROUTINES\tRSS MiB\tFDS\tCONTAINERS\tETCD DB KiB")
+	for _, nr := range r.NodeRanges() {
+		db := "-"
+		if nr.Max.EtcdDBSize > 0 {
+			db = kib(nr.Min.EtcdDBSize) + "-" + kib(nr.Max.EtcdDBSize)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d-%d\t%d-%d\t%d-%d\t%d-%d\t%s\n", nr.Node, nr.Cycles,
+			nr.Min.Goroutines, nr.Max.Goroutines, nr.Min.RSSBytes>>20, nr.Max.RSSBytes>>20,
+			nr.Min.FDs, nr.Max.FDs, nr.Min.Containers, nr.Max.Containers, db)
 	}
 	fmt.Fprintf(tw, "\nVIOLATIONS\t%d\nGROWTH PAST BOUND\t%d\n", len(r.Violations), len(r.Growth))
 	tw.Flush()
@@ -236,4 +361,42 @@ func (r *SoakResult) WriteSummary(w io.Writer) {
 	for _, g := range r.Growth {
 		fmt.Fprintf(w, "  [growth] %s\n", g)
 	}
+}
+
+// kib is a db size in KiB; "-" for a worker's (it has no member).
+func kib(b int64) string {
+	if b == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(b>>10, 10)
+}
+
+// NodeRange is the smallest and largest of each figure a node had over
+// the soak's samples.
+type NodeRange struct {
+	Node     string
+	Cycles   int
+	Min, Max Sample
+}
+
+// NodeRanges are every sampled node's ranges, in the order first sampled.
+func (r *SoakResult) NodeRanges() []NodeRange {
+	var out []NodeRange
+	at := map[string]int{}
+	for _, s := range r.Samples {
+		i, ok := at[s.Node]
+		if !ok {
+			at[s.Node] = len(out)
+			out = append(out, NodeRange{Node: s.Node, Cycles: 1, Min: s, Max: s})
+			continue
+		}
+		nr := &out[i]
+		nr.Cycles++
+		nr.Min.Goroutines, nr.Max.Goroutines = min(nr.Min.Goroutines, s.Goroutines), max(nr.Max.Goroutines, s.Goroutines)
+		nr.Min.RSSBytes, nr.Max.RSSBytes = min(nr.Min.RSSBytes, s.RSSBytes), max(nr.Max.RSSBytes, s.RSSBytes)
+		nr.Min.FDs, nr.Max.FDs = min(nr.Min.FDs, s.FDs), max(nr.Max.FDs, s.FDs)
+		nr.Min.Containers, nr.Max.Containers = min(nr.Min.Containers, s.Containers), max(nr.Max.Containers, s.Containers)
+		nr.Min.EtcdDBSize, nr.Max.EtcdDBSize = min(nr.Min.EtcdDBSize, s.EtcdDBSize), max(nr.Max.EtcdDBSize, s.EtcdDBSize)
+	}
+	return out
 }

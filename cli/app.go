@@ -11,13 +11,15 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiclient"
 	"shoal/apiserver"
+	"shoal/pki"
+	"shoal/tracing"
 )
 
 // Version is set at build time.
@@ -29,6 +31,11 @@ type app struct {
 	stdin          io.Reader
 	endpoint       string
 	workspace      string
+	tls            pki.Files // the client certificate, when the cluster runs mutual TLS
+	trace          bool      // --trace: carry a sampled trace context on every call
+	configPath     string
+	config         *clientConfig
+	contextErr     error // the config file's current context is broken: calls refuse, config commands run
 	out            printer
 	conn           *apiclient.Conn
 	client         shoalv1.ShoalClient
@@ -92,10 +99,25 @@ Flags may come before or after positional arguments.
 			&cli.StringFlag{Name: "endpoint", Value: "127.0.0.1:7443", EnvVars: []string{"SHOAL_ENDPOINT"}, Usage: "shoal API `ADDRESSES`: host:port, or a comma-separated list of nodes (a call moves on to the next when a node is unreachable or refuses it unapplied)"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: formatTable, Usage: "output `FORMAT`: table, json or yaml"},
 			&cli.StringFlag{Name: "workspace", Aliases: []string{"w"}, Value: "default", EnvVars: []string{"SHOAL_WORKSPACE"}, Usage: "`WORKSPACE` of the objects"},
+			&cli.StringFlag{Name: "tls-cert", EnvVars: []string{"SHOAL_TLS_CERT"}, Usage: "client certificate `FILE` for a cluster that runs mutual TLS (`shoal certs init` writes admin.crt, operator.crt, viewer.crt)"},
+			&cli.StringFlag{Name: "tls-key", EnvVars: []string{"SHOAL_TLS_KEY"}, Usage: "the key `FILE` of --tls-cert"},
+			&cli.StringFlag{Name: "tls-ca", EnvVars: []string{"SHOAL_TLS_CA"}, Usage: "the cluster CA's certificate `FILE`, to verify the nodes by"},
+			&cli.BoolFlag{Name: "trace", Usage: "start a sampled OpenTelemetry trace for this command and carry it to every node the command reaches (printed: the trace id to find in the nodes' --otlp-endpoint or --trace-file)"},
+			&cli.StringFlag{Name: "context", EnvVars: []string{"SHOAL_CONTEXT"}, Usage: "use the `NAME`d context of the config file instead of its current one"},
+			&cli.StringFlag{Name: "config", Value: defaultConfigPath(), EnvVars: []string{"SHOAL_CONFIG"}, Usage: "the config `FILE` of named contexts (`shoal config --help`)"},
 		},
 		Before: func(c *cli.Context) error {
-			a.endpoint = c.String("endpoint")
-			a.workspace = c.String("workspace")
+			if err := a.applyContext(c); err != nil {
+				return err
+			}
+			if c.Bool("trace") {
+				ctx, id, err := tracing.Start(c.Context)
+				if err != nil {
+					return err
+				}
+				c.Context, a.trace = ctx, true
+				fmt.Fprintf(a.stderr, "trace id: %s\n", id)
+			}
 			if err := validFormat(c.String("output")); err != nil {
 				return err
 			}
@@ -106,7 +128,7 @@ Flags may come before or after positional arguments.
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError("%v", err)
 		},
-		Commands: []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.clusterCmd(), a.chaosCmd(), a.versionCmd()},
+		Commands: []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.clusterCmd(), a.chaosCmd(), a.benchCmd(), a.certsCmd(), a.configCmd(), a.adminCmd(), a.versionCmd()},
 	}
 }
 
@@ -115,6 +137,9 @@ Flags may come before or after positional arguments.
 func (a *app) api() (shoalv1.ShoalClient, error) {
 	if a.client != nil {
 		return a.client, nil
+	}
+	if a.contextErr != nil {
+		return nil, a.contextErr
 	}
 	var addrs []string
 	for _, e := range strings.Split(a.endpoint, ",") {
@@ -125,7 +150,15 @@ func (a *app) api() (shoalv1.ShoalClient, error) {
 	if len(addrs) == 0 {
 		return nil, usageError("--endpoint: name at least one node (host:port)")
 	}
-	f, err := apiclient.Dial(addrs, grpc.WithTransportCredentials(insecure.NewCredentials()),
+	tr, err := a.tls.Transport()
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(tr.DialCreds())}
+	if a.trace {
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithPropagators(tracing.Propagator))))
+	}
+	f, err := apiclient.Dial(addrs, append(opts,
 		// A node that does not answer the connect is left after 5s for
 		// the next (gRPC waits 20s by default).
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 5 * time.Second}),
@@ -135,7 +168,7 @@ func (a *app) api() (shoalv1.ShoalClient, error) {
 		// request over the server's limit fails here, before it is sent.
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(apiserver.MaxResponseBytes),
-			grpc.MaxCallSendMsgSize(apiserver.MaxRequestBytes)))
+			grpc.MaxCallSendMsgSize(apiserver.MaxRequestBytes)))...)
 	if err != nil {
 		return nil, usageError("--endpoint: %v", err)
 	}

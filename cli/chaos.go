@@ -17,9 +17,13 @@ func (a *app) chaosCmd() *cli.Command {
 		&cli.IntFlag{Name: "clients", Value: def.Clients, Usage: "`N` concurrent traffic clients"},
 		&cli.StringFlag{Name: "report", Value: def.ReportDir, Usage: "write the report to `DIR`"},
 		&cli.DurationFlag{Name: "deleting-bound", Value: def.DeletingBound, Usage: "after faults heal, no sandbox may stay DELETING longer than `DURATION`"},
+		&cli.BoolFlag{Name: "keep-data", Usage: "keep the run's etcd data and node log"},
+	}
+	// Only a run can be aimed at existing nodes (--endpoint): a soak
+	// samples the node processes, so it always starts its own.
+	existing := []cli.Flag{
 		&cli.StringSliceFlag{Name: "etcd-endpoints", Usage: "etcd `URLS` of the node given with --endpoint (the checkers read etcd directly)"},
 		&cli.StringFlag{Name: "node-id", Usage: "node `ID` of the node given with --endpoint (for its containers)"},
-		&cli.BoolFlag{Name: "keep-data", Usage: "keep the run's etcd data and node log"},
 	}
 	fill := func(c *cli.Context) (chaos.Config, error) {
 		cfg := def
@@ -27,12 +31,7 @@ func (a *app) chaosCmd() *cli.Command {
 		cfg.Clients = c.Int("clients")
 		cfg.ReportDir = c.String("report")
 		cfg.DeletingBound = c.Duration("deleting-bound")
-		cfg.EtcdEndpoints = c.StringSlice("etcd-endpoints")
-		cfg.NodeID = c.String("node-id")
 		cfg.KeepData = c.Bool("keep-data")
-		if c.IsSet("endpoint") {
-			cfg.Endpoint = a.endpoint
-		}
 		if a.tty {
 			cfg.Progress = a.stderr
 		} else {
@@ -68,12 +67,17 @@ any host.
 					&cli.IntFlag{Name: "workers", Usage: "with --cluster: add `M` worker nodes (etcd clients only)"},
 					&cli.StringSliceFlag{Name: "scenario", Value: cli.NewStringSlice("all"), Usage: "`NAME` of a scenario, or all; repeatable"},
 					&cli.DurationFlag{Name: "duration", Value: def.Duration, Usage: "traffic `DURATION`, split across the scenarios"},
-				}, common...),
+				}, append(common, existing...)...),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 0 {
 						return usageError("chaos run takes no arguments")
 					}
 					cfg, _ := fill(c)
+					cfg.EtcdEndpoints = c.StringSlice("etcd-endpoints")
+					cfg.NodeID = c.String("node-id")
+					if c.IsSet("endpoint") {
+						cfg.Endpoint = a.endpoint
+					}
 					cfg.Scenarios = c.StringSlice("scenario")
 					cfg.Duration = c.Duration("duration")
 					cfg.Cluster, cfg.Workers = c.Int("cluster"), c.Int("workers")
@@ -98,11 +102,21 @@ any host.
 				Name:  "soak",
 				Usage: "run scenarios back to back for a long time, checking invariants and resource growth",
 				Description: `Cycles through every scenario until --duration is over. Each cycle checks the
-invariants and samples the node's goroutines, RSS, open fds, container count and
-the etcd database size; it fails when any grows past its bound (docs/chaos.md).`,
+invariants, deletes everything, compacts etcd and samples each node's goroutines,
+RSS, open fds, its engine's container count and its etcd member's database size;
+the soak fails on any violation, or when a figure grows past its bound over the
+node's first sample (docs/chaos.md). With --cluster N the nodes are separate hosts
+as in chaos run, every node is sampled, and a cycle defaults to one minute per
+scenario (13m for all 13); on one node it defaults to 2m. A soak always starts
+its own node or hosts: --endpoint (and SHOAL_ENDPOINT) are not used.
+
+  shoal chaos soak --duration 2h
+  shoal chaos soak --cluster 3 --duration 2h`,
 				Flags: append([]cli.Flag{
+					&cli.IntFlag{Name: "cluster", Usage: "start `N` voters (3 or more) as separate hosts, each in its own container with its own Docker engine (needs root), instead of one node"},
+					&cli.IntFlag{Name: "workers", Usage: "with --cluster: add `M` worker nodes (etcd clients only)"},
 					&cli.DurationFlag{Name: "duration", Value: 2 * time.Hour, Usage: "soak `DURATION`"},
-					&cli.DurationFlag{Name: "cycle", Value: 2 * time.Minute, Usage: "traffic `DURATION` of one cycle (all scenarios)"},
+					&cli.DurationFlag{Name: "cycle", Usage: "traffic `DURATION` of one cycle (all scenarios); default 2m on one node, 1m per scenario on a cluster"},
 				}, common...),
 				Action: func(c *cli.Context) error {
 					if c.NArg() != 0 {
@@ -110,9 +124,22 @@ the etcd database size; it fails when any grows past its bound (docs/chaos.md).`
 					}
 					cfg, _ := fill(c)
 					cfg.Scenarios = []string{"all"}
-					cfg.Duration = c.Duration("cycle")
+					cfg.Cluster, cfg.Workers = c.Int("cluster"), c.Int("workers")
 					if err := cfg.Validate(); err != nil {
 						return usageError("%v", err)
+					}
+					cfg.Duration = c.Duration("cycle")
+					switch {
+					case c.IsSet("cycle") && cfg.Duration < time.Second:
+						return usageError("--cycle: %s is below 1s", cfg.Duration)
+					case c.IsSet("cycle"):
+					case cfg.Cluster > 0:
+						cfg.Duration = time.Duration(len(cfg.Scenarios)) * time.Minute
+					default:
+						cfg.Duration = 2 * time.Minute
+					}
+					if c.Duration("duration") < cfg.Duration {
+						return usageError("--duration: %s is shorter than one cycle (%s)", c.Duration("duration"), cfg.Duration)
 					}
 					fmt.Fprintf(a.stderr, "chaos soak: seed %d, %s in cycles of %s\n", cfg.Seed, c.Duration("duration"), cfg.Duration)
 					res, err := chaos.Soak(c.Context, cfg, c.Duration("duration"))

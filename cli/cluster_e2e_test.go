@@ -405,11 +405,19 @@ func TestClusterBadFlagsThroughBinary(t *testing.T) {
 	bin := testenv.Binary(t)
 	dir := t.TempDir()
 	snap := writeFile(t, filepath.Join(dir, "snap.db"), "not a snapshot")
-	start := []string{"node", "start", "--node-id", "n1", "--data-dir", filepath.Join(dir, "data")}
+	// --insecure: these cases are about the URLs themselves, not about
+	// serving plaintext beyond loopback (the cases after them).
+	start := []string{"node", "start", "--node-id", "n1", "--data-dir", filepath.Join(dir, "data"), "--insecure"}
+	plain := start[:len(start)-1]
 	for _, tc := range []struct {
 		args []string
 		flag string
 	}{
+		{append(plain, "--listen", "0.0.0.0:7443"), "--listen"},
+		{append(plain, "--advertise", "10.1.1.1:7443"), "--advertise"},
+		{append(plain, "--etcd-listen-peer", "http://10.1.1.1:2380"), "--etcd-listen-peer"},
+		{append(plain, "--tls-cert", snap), "--tls-key"},
+		{append(plain, "--tls-cert", snap, "--tls-key", snap, "--tls-ca", snap), "--tls-cert"},
 		{append(start, "--etcd-initial-cluster", "n1"), "--etcd-initial-cluster"},
 		{append(start, "--etcd-initial-cluster", "n1=127.0.0.1:2380"), "--etcd-initial-cluster"},
 		{append(start, "--etcd-initial-cluster", "n2=http://127.0.0.1:2380,n3=http://127.0.0.1:2381"), "--etcd-initial-cluster"},

@@ -35,11 +35,22 @@ type runOpts struct {
 
 func runWith(t *testing.T, bin, endpoint string, o runOpts, args ...string) result {
 	t.Helper()
+	return runIn(t, bin, append([]string{"SHOAL_ENDPOINT=" + endpoint}, o.env...), o.stdin, args...)
+}
+
+// runEnv runs the binary with exactly env (and PATH): no SHOAL_ENDPOINT.
+func runEnv(t *testing.T, bin string, env []string, args ...string) result {
+	t.Helper()
+	return runIn(t, bin, env, "", args...)
+}
+
+func runIn(t *testing.T, bin string, env []string, stdin string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append([]string{"SHOAL_ENDPOINT=" + endpoint, "PATH=/usr/bin:/bin"}, o.env...)
-	cmd.Stdin = strings.NewReader(o.stdin)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
+	cmd.Stdin = strings.NewReader(stdin)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

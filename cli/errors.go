@@ -20,13 +20,15 @@ const (
 	ExitNotFound     = 3 // NOT_FOUND
 	ExitPrecondition = 4 // FAILED_PRECONDITION, ALREADY_EXISTS, ABORTED
 	ExitUnavailable  = 5 // UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED: retry later
+	ExitDenied       = 6 // PERMISSION_DENIED: the certificate's role may not do this
 )
 
 // exitCodesHelp is the exit-code contract as --help states it; README.md
 // says the same.
 const exitCodesHelp = `Exit codes: 0 ok, 1 error (also a corrupt stored record), 2 invalid input or
 usage, 3 not found, 4 precondition failed / already exists, 5 unavailable,
-timed out, or a node's cap on open streams reached (retry later).
+timed out, or a node's cap on open streams reached (retry later), 6 permission
+denied (the client certificate's role may not do this).
 Commands given several names (sandbox delete, provider delete) try every
 name and print one error line per failure; they exit with the failures'
 code if all share one, 1 otherwise. 'sandbox exec' exits with the
@@ -87,8 +89,14 @@ func (a *app) classify(err error) *exitError {
 			return &exitError{ExitUnavailable, fmt.Sprintf("shoal at %s cannot reach etcd: %s", a.endpoint, strings.TrimPrefix(msg, "etcd: ")),
 				"etcd may be electing a leader (retry in a few seconds) or have lost its quorum; `shoal cluster status` shows each member, and --endpoint takes other nodes"}
 		}
+		if h := a.tlsHint(msg); h != "" {
+			return &exitError{ExitUnavailable, fmt.Sprintf("shoal at %s refused the connection: %s", a.endpoint, msg), h}
+		}
 		return &exitError{ExitUnavailable, fmt.Sprintf("shoal at %s is unavailable: %s", a.endpoint, msg),
 			"is a node running there? Start one with `shoal node start`, or set --endpoint / SHOAL_ENDPOINT"}
+	case codes.PermissionDenied:
+		return &exitError{ExitDenied, "permission denied: " + msg,
+			"use a certificate of a role that may (admin for providers and the cluster, operator for sandboxes); docs/security.md lists the methods by role"}
 	case codes.DeadlineExceeded:
 		return &exitError{ExitUnavailable, "timed out: " + msg, "raise --timeout, or check the node's health"}
 	case codes.ResourceExhausted:
@@ -108,4 +116,20 @@ func (a *app) classify(err error) *exitError {
 			fmt.Sprintf("the record cannot be read, so it cannot be repaired; `shoal %s delete NAME` removes it, then create the object again", kind)}
 	}
 	return &exitError{ExitError, fmt.Sprintf("%s: %s", st.Code(), msg), ""}
+}
+
+// tlsHint says what to do about a connection that failed on TLS: the
+// messages are gRPC's and crypto/tls's, as a client sees them.
+func (a *app) tlsHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "first record does not look like a TLS handshake"):
+		return "the node serves plaintext: leave out --tls-cert/--tls-key/--tls-ca (and SHOAL_TLS_*), or use a context without them"
+	case strings.Contains(msg, "remote error: tls:"):
+		return "the node refused this client's certificate: it is not signed by the cluster's CA (or has expired); use one from the cluster's `shoal certs init` directory"
+	case strings.Contains(msg, "x509:"):
+		return "the node's certificate does not verify: --tls-ca is not the cluster's CA, or the node's certificate is not valid for the address dialed (`shoal certs init --hosts` adds names)"
+	case !a.tls.Set() && strings.Contains(msg, "server preface"):
+		return "the node may require mutual TLS: give --tls-cert, --tls-key and --tls-ca (or a context that has them: `shoal config --help`)"
+	}
+	return ""
 }

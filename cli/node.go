@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -8,8 +9,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"shoal/agent"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/node"
+	"shoal/pki"
+	"shoal/tracing"
 )
 
 func (a *app) nodeCmd() *cli.Command {
@@ -56,8 +60,31 @@ etcd client only.`,
 				&cli.DurationFlag{Name: "resync", Value: def.Resync, Usage: "reconcile everything every `INTERVAL`"},
 				&cli.DurationFlag{Name: "orphan-grace", Value: def.OrphanGrace, Usage: "reap unrecorded containers after `DURATION`"},
 				&cli.IntFlag{Name: "max-watches", Value: def.MaxWatches, Usage: "serve at most `N` watch streams at once (more: RESOURCE_EXHAUSTED)"},
+				&cli.IntFlag{Name: "max-streams-per-client", Value: def.MaxStreamsPerClient, Usage: "with mutual TLS, serve one client certificate at most `N` open streams (watches, exec, logs) at once; 0: no cap"},
 				&cli.IntFlag{Name: "max-execs", Value: def.MaxExecs, Usage: "serve at most `N` exec and logs --follow streams at once (more: RESOURCE_EXHAUSTED)"},
+				&cli.StringFlag{Name: "runtime", Value: def.Runtime, Usage: "`RUNTIME` of the sandboxes: docker, or hollow (containers simulated in memory, for scale tests only; the node is labelled shoal.dev/runtime=hollow)"},
+				&cli.DurationFlag{Name: "hollow-latency", Usage: "with --runtime hollow: `DURATION` each simulated container change and exec takes"},
+				&cli.BoolFlag{Name: "watch-cache", Value: def.WatchCache, Usage: "serve reads and watches from a watch-fed copy of sandboxes and providers (--watch-cache=false: every read from etcd)"},
 				&cli.StringFlag{Name: "debug-listen", Usage: "serve net/http/pprof on `ADDRESS` (off by default)"},
+				&cli.StringFlag{Name: "tls-cert", Usage: "this node's certificate `FILE` (`shoal certs init` writes DIR/<node>.crt): the API, forwarding, the embedded etcd's client and peer URLs (then https://127.0.0.1:2379 and :2380 by default) and the etcd client use mutual TLS"},
+				&cli.StringFlag{Name: "tls-key", Usage: "the key `FILE` of --tls-cert"},
+				&cli.StringFlag{Name: "tls-ca", Usage: "the cluster CA's certificate `FILE`: clients, nodes and etcd peers must present a certificate it signed"},
+				&cli.Int64Flag{Name: "sandbox-cpu-millis", Value: def.SandboxLimits.DefaultCPUMillis, Usage: "CPU of a sandbox that asks for none, in `MILLICORES`"},
+				&cli.Int64Flag{Name: "sandbox-max-cpu-millis", Usage: "refuse sandboxes asking for more CPU than `MILLICORES` (0: what the host has)"},
+				&cli.Int64Flag{Name: "sandbox-memory-mib", Value: def.SandboxLimits.DefaultMemoryBytes >> 20, Usage: "memory of a sandbox that asks for none, in `MIB`"},
+				&cli.Int64Flag{Name: "sandbox-max-memory-mib", Usage: "refuse sandboxes asking for more memory than `MIB` (0: what the host has)"},
+				&cli.Int64Flag{Name: "sandbox-pids", Value: def.SandboxLimits.Pids, Usage: "at most `N` processes in a sandbox (1 or more: every sandbox is capped)"},
+				&cli.StringFlag{Name: "sandbox-network", Value: def.SandboxNetwork, Usage: "`NETWORK` sandboxes get: none (a loopback of their own) or bridge (the shoal-sandboxes bridge network: outbound traffic, no traffic between sandboxes); never the host's"},
+				&cli.StringFlag{Name: "otlp-endpoint", Usage: "export OpenTelemetry traces over OTLP to the collector at `HOST:PORT` (off by default)"},
+				&cli.StringFlag{Name: "otlp-protocol", Value: tracing.ProtocolGRPC, Usage: "`PROTOCOL` of --otlp-endpoint: grpc (port 4317 by convention) or http/protobuf (POST /v1/traces, port 4318)"},
+				&cli.BoolFlag{Name: "otlp-insecure", Usage: "send to --otlp-endpoint without TLS (a collector on loopback)"},
+				&cli.StringFlag{Name: "trace-file", Usage: "write OpenTelemetry spans as JSON lines to `FILE` (instead of --otlp-endpoint)"},
+				&cli.StringFlag{Name: "metrics-listen", Usage: "serve Prometheus metrics (/metrics) and health (/healthz, /readyz) on `ADDRESS` (plain HTTP, no credentials in it; off by default)"},
+				&cli.StringFlag{Name: "audit-log", Usage: "write a JSON line per mutating call and exec to `FILE` (mode 0600): time, identity, role, method, object, code, request id"},
+				&cli.Int64Flag{Name: "audit-log-max-mib", Value: 100, Usage: "rotate the audit log at `MIB`"},
+				&cli.IntFlag{Name: "audit-log-backups", Value: 5, Usage: "keep `N` rotated audit logs (FILE.1 the newest)"},
+				&cli.StringFlag{Name: "encryption-key-file", Usage: "YAML key ring `FILE` (mode 0600) that encrypts provider credentials in etcd with AES-256-GCM (`shoal admin new-encryption-key` writes one); every node needs the same keys"},
+				&cli.BoolFlag{Name: "insecure", Usage: "allow listening and advertising on non-loopback addresses without TLS (private networks only)"},
 				&cli.StringFlag{Name: "log-level", Value: "info", Usage: "`LEVEL`: debug, info, warn, error"},
 				&cli.StringFlag{Name: "log-format", Value: "text", Usage: "`FORMAT`: text or json"},
 			},
@@ -110,7 +137,30 @@ etcd client only.`,
 				cfg.FenceMargin = c.Duration("fence-margin")
 				cfg.Version = Version
 				cfg.DebugListen = c.String("debug-listen")
+				cfg.MetricsListen = c.String("metrics-listen")
+				cfg.MaxStreamsPerClient = c.Int("max-streams-per-client")
+				cfg.TLS = pki.Files{Cert: c.String("tls-cert"), Key: c.String("tls-key"), CA: c.String("tls-ca")}
+				cfg.Insecure = c.Bool("insecure")
+				cfg.EncryptionKeyFile = c.String("encryption-key-file")
+				cfg.AuditLog, cfg.AuditLogMaxBytes, cfg.AuditLogBackups = c.String("audit-log"), c.Int64("audit-log-max-mib")<<20, c.Int("audit-log-backups")
+				cfg.SandboxLimits = agent.Limits{DefaultCPUMillis: c.Int64("sandbox-cpu-millis"), MaxCPUMillis: c.Int64("sandbox-max-cpu-millis"),
+					DefaultMemoryBytes: c.Int64("sandbox-memory-mib") << 20, MaxMemoryBytes: c.Int64("sandbox-max-memory-mib") << 20, Pids: c.Int64("sandbox-pids")}
+				cfg.SandboxNetwork = c.String("sandbox-network")
+				cfg.WatchCache = c.Bool("watch-cache")
+				cfg.Runtime = c.String("runtime")
+				cfg.HollowLatency = c.Duration("hollow-latency")
 				cfg.Logger = slog.New(h)
+				tp, stopTracing, err := tracing.New(c.Context, tracing.Options{OTLPEndpoint: c.String("otlp-endpoint"), OTLPProtocol: c.String("otlp-protocol"),
+					OTLPInsecure: c.Bool("otlp-insecure"), File: c.String("trace-file"), Node: cfg.ID})
+				if err != nil {
+					return usageError("%v", err)
+				}
+				defer func() {
+					sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_ = stopTracing(sctx) // flushes the last spans
+					cancel()
+				}()
+				cfg.Tracer = tp
 				n, err := node.New(cfg)
 				if err != nil {
 					return usageError("%v", err)
@@ -233,7 +283,12 @@ fence time has passed. Exits 5 if --timeout passes first, naming what is left.`,
 				case <-ctx.Done():
 					err = ctx.Err()
 				case <-tick.C:
-					resp, err = api.DrainNode(ctx, &shoalv1.DrainNodeRequest{Name: name})
+					// Keep the last answer: a call cut short by the
+					// timeout has none, and the message names what is left.
+					var next *shoalv1.DrainNodeResponse
+					if next, err = api.DrainNode(ctx, &shoalv1.DrainNodeRequest{Name: name}); err == nil {
+						resp = next
+					}
 				}
 			}
 			stop("")

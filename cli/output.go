@@ -125,6 +125,30 @@ func (p printer) objects(s shape, header []string, rows [][]string, msgs ...prot
 	return t.Render()
 }
 
+// structured prints a plain Go value (not an API object) as JSON or YAML.
+func (p printer) structured(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if p.format == formatYAML {
+		if b, err = yaml.JSONToYAML(b); err != nil {
+			return err
+		}
+		_, err = p.w.Write(b)
+		return err
+	}
+	_, err = fmt.Fprintf(p.w, "%s\n", b)
+	return err
+}
+
+// table prints rows under a header.
+func (p printer) table(header []string, rows [][]string) error {
+	tp := p
+	tp.format = formatTable
+	return tp.objects(itemList, header, rows)
+}
+
 // warnings prints what the server reported alongside a result (say, a
 // corrupt record a list skipped), one `warning:` line each, to stderr in
 // every format so that stdout stays machine-readable.

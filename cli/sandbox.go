@@ -46,8 +46,9 @@ credentials in its environment. Without a command the image's default runs.
 			&cli.StringSliceFlag{Name: "provider", Aliases: []string{"p"}, Usage: "attach provider `NAME`, repeatable"},
 			&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment `KEY=VALUE`, repeatable"},
 			&cli.StringSliceFlag{Name: "label", Aliases: []string{"l"}, Usage: "label `KEY=VALUE`, repeatable"},
-			&cli.Int64Flag{Name: "cpu-millis", Usage: "CPU limit in `MILLICORES` (1000 = one core)"},
-			&cli.Int64Flag{Name: "memory-mib", Usage: "memory limit in `MIB`"},
+			&cli.Int64Flag{Name: "cpu-millis", Usage: "CPU limit in `MILLICORES` (1000 = one core; default: the node's --sandbox-cpu-millis)"},
+			&cli.Int64Flag{Name: "memory-mib", Usage: "memory limit in `MIB` (default: the node's --sandbox-memory-mib)"},
+			&cli.BoolFlag{Name: "read-only", Usage: "make the container's root filesystem read-only (a tmpfs /tmp stays writable)"},
 			&cli.StringFlag{Name: "node", Usage: "run on node `NAME` (default: the Ready node with the fewest sandboxes)"},
 			&cli.StringSliceFlag{Name: "node-selector", Usage: "only on nodes labelled `KEY=VALUE`, repeatable"},
 			&cli.BoolFlag{Name: "wait", Usage: "return when the sandbox is READY (or failed)"},
@@ -87,7 +88,7 @@ credentials in its environment. Without a command the image's default runs.
 				Spec: &shoalv1.SandboxSpec{
 					Image: c.String("image"), Command: c.Args().Tail(), Env: env, Providers: c.StringSlice("provider"),
 					Resources: &shoalv1.Resources{CpuMillis: c.Int64("cpu-millis"), MemoryBytes: c.Int64("memory-mib") << 20},
-					Node:      c.String("node"), NodeSelector: selector,
+					Node:      c.String("node"), NodeSelector: selector, ReadOnlyRoot: c.Bool("read-only"),
 				},
 			}}
 			ctx, cancel := a.timeoutCtx(c)

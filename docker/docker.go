@@ -18,6 +18,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
@@ -46,6 +47,7 @@ type Runtime struct {
 	cli     *client.Client
 	node    string
 	cluster string
+	network string // the sandboxes' network mode
 	log     *slog.Logger
 
 	capMu sync.Mutex
@@ -64,8 +66,26 @@ type Config struct {
 	// container's labels. The runtime sees and touches only containers
 	// that carry it.
 	Cluster string
+	// Network is what network sandboxes get: NetworkNone (the default: a
+	// loopback of their own) or NetworkBridge (the shoal-made bridge
+	// network BridgeNetwork, without traffic between containers).
+	Network string
 	Logger  *slog.Logger
 }
+
+// The networks a sandbox may get.
+const (
+	NetworkNone   = "none"
+	NetworkBridge = "bridge"
+	// BridgeNetwork is the network shoal makes for NetworkBridge.
+	BridgeNetwork = "shoal-sandboxes"
+)
+
+// Capabilities are the only Linux capabilities a sandbox keeps (all others
+// are dropped): what a package manager or a shell's own housekeeping needs
+// as root inside the container, and nothing that reaches the host (no
+// NET_ADMIN, SYS_ADMIN, MKNOD, NET_RAW, SYS_PTRACE, ...). docs/security.md.
+var Capabilities = []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"}
 
 // ErrNoEngine means no Docker engine answered.
 var ErrNoEngine = errors.New("no Docker engine is reachable")
@@ -120,7 +140,58 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cli.Close()
 		return nil, err
 	}
-	return &Runtime{cli: cli, node: cfg.Node, cluster: cfg.Cluster, log: cfg.Logger.With("subsystem", "docker")}, nil
+	network := NetworkNone
+	switch cfg.Network {
+	case "", NetworkNone:
+	case NetworkBridge:
+		if err := ensureBridge(ctx, cli, BridgeNetwork); err != nil {
+			cli.Close()
+			return nil, err
+		}
+		network = BridgeNetwork
+	default:
+		cli.Close()
+		return nil, fmt.Errorf("--sandbox-network: %q is not %s or %s", cfg.Network, NetworkNone, NetworkBridge)
+	}
+	return &Runtime{cli: cli, node: cfg.Node, cluster: cfg.Cluster, network: network, log: cfg.Logger.With("subsystem", "docker")}, nil
+}
+
+// iccOption is the bridge driver's switch for traffic between the
+// containers of one network.
+const iccOption = "com.docker.network.bridge.enable_icc"
+
+// ensureBridge makes the sandboxes' bridge network name if the engine
+// lacks it: a bridge with inter-container traffic off, so sandboxes reach
+// out but not each other. A network of that name that is not such a
+// bridge (made by hand, or by someone else) is refused, never used: its
+// sandboxes could reach each other.
+func ensureBridge(ctx context.Context, cli *client.Client, name string) error {
+	for range 2 {
+		n, err := cli.NetworkInspect(ctx, name, network.InspectOptions{})
+		if err == nil {
+			if n.Driver != "bridge" || n.Options[iccOption] != "false" {
+				return fmt.Errorf("--sandbox-network bridge: network %s exists but is not a bridge with traffic between containers off (driver %q, %s=%q); remove it (docker network rm %s) and shoal makes it again",
+					name, n.Driver, iccOption, n.Options[iccOption], name)
+			}
+			return nil
+		}
+		if !cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("--sandbox-network bridge: inspect network %s: %w", name, err)
+		}
+		_, err = cli.NetworkCreate(ctx, name, network.CreateOptions{
+			Driver:  "bridge",
+			Options: map[string]string{iccOption: "false"},
+			Labels:  map[string]string{LabelManaged: "true"},
+		})
+		if err == nil {
+			return nil
+		}
+		if !cerrdefs.IsConflict(err) {
+			return fmt.Errorf("--sandbox-network bridge: make network %s: %w", name, err)
+		}
+		// Made meanwhile (another node on this engine): inspect it.
+	}
+	return fmt.Errorf("--sandbox-network bridge: network %s is being made and removed by someone else", name)
 }
 
 // Close releases the client.
@@ -186,11 +257,25 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 			LabelWorkspace: s.Workspace, LabelNode: r.node, LabelCluster: r.cluster,
 		},
 	}
+	var pids *int64
+	if s.PidsLimit > 0 {
+		pids = &s.PidsLimit
+	}
 	host := &container.HostConfig{
-		Resources: container.Resources{NanoCPUs: s.CPUMillis * 1_000_000, Memory: s.MemoryBytes},
-		// No network beyond the container's own: sandboxes reach only what
-		// the operator wires up.
-		NetworkMode: "none",
+		Resources: container.Resources{NanoCPUs: s.CPUMillis * 1_000_000, Memory: s.MemoryBytes, PidsLimit: pids},
+		// The node's network setting (none by default: sandboxes reach
+		// only what the operator wires up); never the host's.
+		NetworkMode: container.NetworkMode(r.network),
+		// No privilege gained through setuid binaries, and only the
+		// capabilities listed; no mounts at all (no Docker socket, no
+		// host path).
+		SecurityOpt:    []string{"no-new-privileges:true"},
+		CapDrop:        []string{"ALL"},
+		CapAdd:         Capabilities,
+		ReadonlyRootfs: s.ReadOnlyRoot,
+	}
+	if s.ReadOnlyRoot {
+		host.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"}
 	}
 	resp, err := r.cli.ContainerCreate(ctx, cfg, host, nil, nil, ContainerName(s.Workspace, s.Name, s.UID))
 	if err != nil {

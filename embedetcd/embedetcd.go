@@ -2,17 +2,22 @@ package embedetcd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.uber.org/zap"
+
+	"shoal/pki"
 )
 
 // Config for an embedded etcd member.
@@ -47,6 +52,10 @@ type Config struct {
 	// UnsafeNoFsync skips fsync: for tests only, where a crash loses nothing
 	// that matters.
 	UnsafeNoFsync bool
+	// TLS, when set, serves the client and peer URLs with mutual TLS: the
+	// member presents TLS.Cert and requires clients and peers to present
+	// a certificate signed by TLS.CA. The URLs must then be https.
+	TLS pki.Files
 }
 
 // DefaultConfig returns the defaults for a data dir.
@@ -95,6 +104,24 @@ func (c Config) Validate() error {
 		return err
 	}
 	if err := CheckURL("etcd-listen-peer", c.ListenPeer); err != nil {
+		return err
+	}
+	for _, u := range []struct{ field, url string }{
+		{"etcd-listen-client", c.ListenClient}, {"etcd-listen-peer", c.ListenPeer},
+		{"etcd-advertise-client", c.AdvertiseClient}, {"etcd-advertise-peer", c.AdvertisePeer},
+	} {
+		if u.url == "" {
+			continue
+		}
+		secure := strings.HasPrefix(u.url, "https://")
+		switch {
+		case c.TLS.Set() && !secure:
+			return fmt.Errorf("%s: %q must be https:// with --tls-cert (the member serves mutual TLS)", u.field, u.url)
+		case !c.TLS.Set() && secure:
+			return fmt.Errorf("%s: %q is https:// but no --tls-cert, --tls-key and --tls-ca are given", u.field, u.url)
+		}
+	}
+	if err := c.TLS.Validate("--tls"); err != nil {
 		return err
 	}
 	if err := checkAdvertise("etcd-advertise-client", c.AdvertiseClient, "etcd-listen-client", c.ListenClient); err != nil {
@@ -210,6 +237,13 @@ func Start(cfg Config) (*Server, error) {
 	if ec.MaxTxnOps == 0 {
 		ec.MaxTxnOps = MaxTxnOps
 	}
+	if cfg.TLS.Set() {
+		// Only node certificates: any other certificate of the CA (a
+		// viewer's) would otherwise read and write etcd past the roles.
+		info := transport.TLSInfo{CertFile: cfg.TLS.Cert, KeyFile: cfg.TLS.Key, TrustedCAFile: cfg.TLS.CA, ClientCertAuth: true,
+			AllowedHostnames: []string{pki.NodeName}}
+		ec.ClientTLSInfo, ec.PeerTLSInfo = info, info
+	}
 	ec.LogLevel = "error"
 	ec.Logger = "zap"
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
@@ -229,14 +263,14 @@ func Start(cfg Config) (*Server, error) {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		// A removed member's server stops with an error too: say which.
-		removed := wasRemoved(context.Background(), e)
+		removed := wasRemoved(context.Background(), e, cfg)
 		e.Close()
 		if removed {
 			return nil, ErrRemoved
 		}
 		return nil, fmt.Errorf("embedded etcd: %w", err)
 	case <-e.Server.StopNotify():
-		removed := wasRemoved(context.Background(), e)
+		removed := wasRemoved(context.Background(), e, cfg)
 		e.Close()
 		if removed {
 			return nil, ErrRemoved
@@ -273,7 +307,7 @@ func (s *Server) watch() {
 			}
 		}()
 		err = errors.New("the member stopped")
-		if wasRemoved(ctx, s.e) {
+		if wasRemoved(ctx, s.e, s.cfg) {
 			err = ErrRemoved
 		}
 		cancel()
@@ -288,7 +322,7 @@ func (s *Server) watch() {
 // from its cluster. It may have applied its own removal; more often its
 // peers refused it (HTTP 410) before it could, and etcd keeps that reason
 // to itself, so the other voters are asked whether it is still a member.
-func wasRemoved(ctx context.Context, e *embed.Etcd) bool {
+func wasRemoved(ctx context.Context, e *embed.Etcd, cfg Config) bool {
 	id := e.Server.MemberID()
 	if e.Server.IsIDRemoved(uint64(id)) {
 		return true
@@ -302,7 +336,11 @@ func wasRemoved(ctx context.Context, e *embed.Etcd) bool {
 	if len(eps) == 0 {
 		return false
 	}
-	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	tc, err := cfg.clientTLS()
+	if err != nil {
+		return false
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 2 * time.Second, TLS: tc, Logger: zap.NewNop()})
 	if err != nil {
 		return false
 	}
@@ -363,9 +401,21 @@ func (s *Server) VoterClientURLs() []string {
 // (ErrRemoved when it was removed from the cluster).
 func (s *Server) Err() <-chan error { return s.errc }
 
-// Client dials the member.
+// Client dials the member (with its own certificate when it serves TLS).
 func (s *Server) Client() (*clientv3.Client, error) {
-	return Dial([]string{s.Endpoint()})
+	tc, err := s.cfg.clientTLS()
+	if err != nil {
+		return nil, err
+	}
+	return Dial([]string{s.Endpoint()}, WithTLS(tc))
+}
+
+// clientTLS is the member's own certificate as a client's, nil without TLS.
+func (c Config) clientTLS() (*tls.Config, error) {
+	if !c.TLS.Set() {
+		return nil, nil
+	}
+	return c.TLS.ClientConfig()
 }
 
 // Close stops the member and waits for it.
@@ -377,9 +427,18 @@ func (s *Server) Close() {
 	})
 }
 
+// DialOption changes how Dial and DialMembers connect.
+type DialOption func(*clientv3.Config)
+
+// WithTLS connects with TLS (a client certificate for mutual TLS, the CA
+// to verify the members by); nil leaves the connection plaintext.
+func WithTLS(tc *tls.Config) DialOption {
+	return func(c *clientv3.Config) { c.TLS = tc }
+}
+
 // Dial connects to etcd endpoints with shoal's client settings.
-func Dial(endpoints []string) (*clientv3.Client, error) {
-	return dial(endpoints, 0)
+func Dial(endpoints []string, opts ...DialOption) (*clientv3.Client, error) {
+	return dial(endpoints, 0, opts)
 }
 
 // MemberSyncInterval is how often a DialMembers client refreshes its
@@ -391,12 +450,12 @@ const MemberSyncInterval = 30 * time.Second
 // that members added later are used and removed ones dropped. It is for
 // shoal's own members, whose advertised client URLs are reachable; an
 // external etcd may sit behind addresses its member list does not show.
-func DialMembers(endpoints []string) (*clientv3.Client, error) {
-	return dial(endpoints, MemberSyncInterval)
+func DialMembers(endpoints []string, opts ...DialOption) (*clientv3.Client, error) {
+	return dial(endpoints, MemberSyncInterval, opts)
 }
 
-func dial(endpoints []string, autoSync time.Duration) (*clientv3.Client, error) {
-	c, err := clientv3.New(clientv3.Config{
+func dial(endpoints []string, autoSync time.Duration, opts []DialOption) (*clientv3.Client, error) {
+	cfg := clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
 		// A member that stops answering (its host frozen or cut off)
@@ -408,7 +467,11 @@ func dial(endpoints []string, autoSync time.Duration) (*clientv3.Client, error) 
 		DialKeepAliveTimeout: 2 * time.Second,
 		AutoSyncInterval:     autoSync,
 		Logger:               zap.NewNop(),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd %v: %w", endpoints, err)
 	}

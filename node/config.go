@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"shoal/apiserver"
 	"shoal/docker"
 	"shoal/lease"
+	"shoal/pki"
 	"shoal/registry"
 	"shoal/store"
 )
@@ -63,6 +65,9 @@ type Config struct {
 	// MaxExecs caps the container streams (exec, logs --follow) the API
 	// serves at once; each holds a connection to the Docker engine.
 	MaxExecs int
+	// MaxStreamsPerClient caps the streams one client certificate holds
+	// open on this node (mutual TLS only); 0: no cap.
+	MaxStreamsPerClient int
 	// StartupWindow: see agent.Config.StartupWindow.
 	StartupWindow time.Duration
 	// Advertise is the API address other nodes and clients use to reach
@@ -86,6 +91,44 @@ type Config struct {
 	// DebugListen, if set, serves net/http/pprof there (loopback only
 	// unless told otherwise): the soak test reads goroutine counts from it.
 	DebugListen string
+	// Runtime is RuntimeDocker (the default) or RuntimeHollow: containers
+	// simulated in memory (package hollow), for scale tests only; such a
+	// node carries the label shoal.dev/runtime=hollow.
+	Runtime string
+	// HollowLatency is the hollow runtime's latency per container change.
+	HollowLatency time.Duration
+	// WatchCache serves reads and client watches from a watch-fed copy of
+	// sandboxes and providers (store/cache.go); off, every read goes to
+	// etcd (for comparison and debugging).
+	WatchCache bool
+	// TLS: the node's certificate, its key and the cluster's CA. Set, the
+	// API (clients and node-to-node forwarding), the embedded etcd's
+	// client and peer URLs and the node's etcd client all use mutual TLS
+	// with that CA, and the etcd URLs default to https. Unset, everything
+	// is plaintext, and only loopback addresses are allowed (Insecure
+	// lifts that).
+	TLS pki.Files
+	// SandboxLimits are the sandboxes' CPU and memory defaults, this
+	// node's maximums and the pids cap (agent.Limits).
+	SandboxLimits agent.Limits
+	// SandboxNetwork is the network sandboxes get: docker.NetworkNone (the
+	// default) or docker.NetworkBridge.
+	SandboxNetwork string
+	// MetricsListen, if set, serves Prometheus metrics (/metrics) and the
+	// health endpoints (/healthz, /readyz) there (package metrics).
+	MetricsListen string
+	// AuditLog, if set, is the file of the audit log (package audit),
+	// rotated at AuditLogMaxBytes with AuditLogBackups kept.
+	AuditLog         string
+	AuditLogMaxBytes int64
+	AuditLogBackups  int
+	// EncryptionKeyFile, if set, is the key ring that encrypts provider
+	// credentials at rest (package encryption); every node of a cluster
+	// needs the same keys.
+	EncryptionKeyFile string
+	// Insecure allows listening and advertising on non-loopback addresses
+	// without TLS (a private test network; never the open one).
+	Insecure bool
 	// UnsafeNoFsync is for tests only.
 	UnsafeNoFsync bool
 
@@ -93,28 +136,85 @@ type Config struct {
 	Tracer trace.TracerProvider
 }
 
+// The runtimes a node can run sandboxes on, and the node label that names
+// a hollow node's.
+const (
+	RuntimeDocker = "docker"
+	RuntimeHollow = "hollow"
+	RuntimeLabel  = "shoal.dev/runtime"
+)
+
 // DefaultListen is the API's default address.
 const DefaultListen = "127.0.0.1:7443"
+
+// The embedded etcd member's default URLs (https with --tls-cert).
+const (
+	DefaultEtcdListenClient = "http://127.0.0.1:2379"
+	DefaultEtcdListenPeer   = "http://127.0.0.1:2380"
+)
+
+// loopbackOnly refuses, without TLS, an address other hosts could reach:
+// the API's listen and advertise addresses and the embedded member's URLs.
+func (c *Config) loopbackOnly() error {
+	const hint = "without TLS a node serves loopback only: give --tls-cert, --tls-key and --tls-ca (`shoal certs init` makes them), or --insecure on a private network"
+	for _, a := range []struct{ flag, addr string }{{"listen", c.Listen}, {"advertise", c.Advertise}} {
+		if a.addr == "" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(a.addr)
+		if err == nil && !isLoopback(host) {
+			return fmt.Errorf("--%s: %q is not a loopback address; %s", a.flag, a.addr, hint)
+		}
+	}
+	if len(c.EtcdEndpoints) > 0 {
+		return nil // no member of its own
+	}
+	for _, u := range []struct{ flag, url string }{
+		{"etcd-listen-client", c.EtcdListenClient}, {"etcd-listen-peer", c.EtcdListenPeer},
+		{"etcd-advertise-client", c.EtcdAdvertiseClient}, {"etcd-advertise-peer", c.EtcdAdvertisePeer},
+	} {
+		if u.url == "" {
+			continue
+		}
+		if p, err := url.Parse(u.url); err == nil && p.Hostname() != "" && !isLoopback(p.Hostname()) {
+			return fmt.Errorf("--%s: %q is not a loopback address; %s", u.flag, u.url, hint)
+		}
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
 
 // DefaultConfig returns a single-node development configuration.
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		ID:               sanitizeID(host),
-		DataDir:          defaultDataDir(),
-		EtcdListenClient: "http://127.0.0.1:2379",
-		EtcdListenPeer:   "http://127.0.0.1:2380",
-		Listen:           DefaultListen,
-		Prefix:           store.DefaultPrefix,
-		DefaultImage:     docker.DefaultImage,
-		LeaseTTL:         lease.DefaultTTL,
-		Resync:           10 * time.Second,
-		OrphanGrace:      30 * time.Second,
-		ShutdownTimeout:  10 * time.Second,
-		MaxWatches:       apiserver.DefaultMaxWatches,
-		MaxExecs:         apiserver.DefaultMaxExecs,
-		StartupWindow:    agent.DefaultStartupWindow,
-		NodeTTL:          registry.DefaultTTL,
+		ID:                  sanitizeID(host),
+		DataDir:             defaultDataDir(),
+		EtcdListenClient:    DefaultEtcdListenClient,
+		EtcdListenPeer:      DefaultEtcdListenPeer,
+		Listen:              DefaultListen,
+		Prefix:              store.DefaultPrefix,
+		DefaultImage:        docker.DefaultImage,
+		LeaseTTL:            lease.DefaultTTL,
+		Resync:              10 * time.Second,
+		OrphanGrace:         30 * time.Second,
+		ShutdownTimeout:     10 * time.Second,
+		MaxWatches:          apiserver.DefaultMaxWatches,
+		MaxExecs:            apiserver.DefaultMaxExecs,
+		MaxStreamsPerClient: apiserver.DefaultMaxStreamsPerClient,
+		StartupWindow:       agent.DefaultStartupWindow,
+		NodeTTL:             registry.DefaultTTL,
+		WatchCache:          true,
+		Runtime:             RuntimeDocker,
+		SandboxLimits:       agent.DefaultLimits(),
+		SandboxNetwork:      docker.NetworkNone,
 	}
 }
 
@@ -153,6 +253,22 @@ func (c *Config) Validate() error {
 	}
 	if !store.IsName(c.ID) {
 		return fmt.Errorf("--node-id: %q must be 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit", c.ID)
+	}
+	if err := c.TLS.Validate("--tls"); err != nil {
+		return err
+	}
+	if c.TLS.Set() {
+		// With TLS the member's default URLs are https (an explicit
+		// http URL is refused by the member's config below).
+		for _, u := range []*string{&c.EtcdListenClient, &c.EtcdListenPeer} {
+			if strings.HasPrefix(*u, "http://") && (*u == DefaultEtcdListenClient || *u == DefaultEtcdListenPeer) {
+				*u = "https://" + strings.TrimPrefix(*u, "http://")
+			}
+		}
+	} else if !c.Insecure {
+		if err := c.loopbackOnly(); err != nil {
+			return err
+		}
 	}
 	if err := c.validateMembership(); err != nil {
 		return err
@@ -195,6 +311,36 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("--node-label: %q=%q is not a label", k, v)
 		}
 	}
+	switch c.Runtime {
+	case "", RuntimeDocker:
+		c.Runtime = RuntimeDocker
+	case RuntimeHollow:
+		if c.NodeLabels == nil {
+			c.NodeLabels = map[string]string{}
+		}
+		c.NodeLabels[RuntimeLabel] = RuntimeHollow
+	default:
+		return fmt.Errorf("--runtime: %q is not one of %s, %s", c.Runtime, RuntimeDocker, RuntimeHollow)
+	}
+	if c.HollowLatency != 0 && c.Runtime != RuntimeHollow {
+		return fmt.Errorf("--hollow-latency: only with --runtime %s", RuntimeHollow)
+	}
+	if c.HollowLatency < 0 || c.HollowLatency > time.Minute {
+		return fmt.Errorf("--hollow-latency: %s is out of range 0-1m", c.HollowLatency)
+	}
+	if c.AuditLogMaxBytes < 0 || c.AuditLogBackups < 0 {
+		return fmt.Errorf("--audit-log-max-mib, --audit-log-backups: must not be negative")
+	}
+	if err := c.SandboxLimits.Validate(); err != nil {
+		return err
+	}
+	switch c.SandboxNetwork {
+	case "":
+		c.SandboxNetwork = docker.NetworkNone
+	case docker.NetworkNone, docker.NetworkBridge:
+	default:
+		return fmt.Errorf("--sandbox-network: %q is not %s or %s", c.SandboxNetwork, docker.NetworkNone, docker.NetworkBridge)
+	}
 	if c.LeaseTTL < time.Second {
 		return fmt.Errorf("--lease-ttl: %s is below the 1s minimum", c.LeaseTTL)
 	}
@@ -206,6 +352,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxWatches <= 0 {
 		return fmt.Errorf("--max-watches: %d; must be positive", c.MaxWatches)
+	}
+	if c.MaxStreamsPerClient < 0 {
+		return fmt.Errorf("--max-streams-per-client: %d; must not be negative (0: no cap)", c.MaxStreamsPerClient)
 	}
 	if c.MaxExecs <= 0 {
 		return fmt.Errorf("--max-execs: %d; must be positive", c.MaxExecs)

@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	shoalv1 "shoal/api/shoal/v1"
@@ -44,6 +43,7 @@ func (c *Config) etcdConfig() embedetcd.Config {
 		ec.InitialClusterState = embedetcd.ClusterExisting
 	}
 	ec.UnsafeNoFsync = c.UnsafeNoFsync
+	ec.TLS = c.TLS
 	return ec
 }
 
@@ -96,7 +96,7 @@ func (n *Node) startMember(ctx context.Context) (*embedetcd.Server, *clientv3.Cl
 	ec := cfg.etcdConfig()
 	var join shoalv1.ClusterClient
 	if cfg.Join != "" {
-		conn, err := grpc.NewClient(cfg.Join, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(cfg.Join, grpc.WithTransportCredentials(n.transport.DialCreds()))
 		if err != nil {
 			return nil, nil, fmt.Errorf("--join %s: %w", cfg.Join, err)
 		}
@@ -110,7 +110,7 @@ func (n *Node) startMember(ctx context.Context) (*embedetcd.Server, *clientv3.Cl
 			ec.InitialCluster = ic
 		}
 	}
-	srv, err := embedetcd.Start(ec)
+	srv, err := startJoining(ctx, ec, join != nil)
 	if errors.Is(err, embedetcd.ErrRemoved) {
 		return nil, nil, n.memberErr(err)
 	}
@@ -121,7 +121,7 @@ func (n *Node) startMember(ctx context.Context) (*embedetcd.Server, *clientv3.Cl
 	if len(eps) == 0 {
 		eps = []string{srv.Endpoint()}
 	}
-	cli, err := embedetcd.DialMembers(eps)
+	cli, err := embedetcd.DialMembers(eps, embedetcd.WithTLS(n.transport.ClientTLS()))
 	if err != nil {
 		srv.Close()
 		return nil, nil, err
@@ -228,4 +228,26 @@ func (n *Node) memberErr(err error) error {
 			err, EtcdDir(n.cfg.DataDir))
 	}
 	return err
+}
+
+// startJoining starts the member. A member that joins (its data dir new)
+// learns the cluster from a peer on its first start; a peer that has not
+// yet applied the membership change that added it answers with one member
+// fewer, and etcd refuses to start ("member count is unequal"). That peer
+// catches up within moments: the start is tried again, for up to
+// JoinTimeout.
+func startJoining(ctx context.Context, ec embedetcd.Config, joining bool) (*embedetcd.Server, error) {
+	deadline := time.Now().Add(JoinTimeout)
+	for {
+		fresh := !embedetcd.Initialized(ec.DataDir)
+		srv, err := embedetcd.Start(ec)
+		if err == nil || !joining || !fresh || !strings.Contains(err.Error(), "member count is unequal") || time.Now().After(deadline) {
+			return srv, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(500 * time.Millisecond): // let the peer apply the change
+		}
+	}
 }

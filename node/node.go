@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
@@ -25,26 +26,41 @@ import (
 	"shoal/agent"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiserver"
+	"shoal/audit"
 	"shoal/coordinator"
 	"shoal/docker"
 	"shoal/embedetcd"
+	"shoal/encryption"
+	"shoal/hollow"
 	"shoal/lease"
+	"shoal/metrics"
+	"shoal/pki"
 	"shoal/registry"
 	"shoal/store"
+	"shoal/tracing"
 )
 
-// The Docker runtime serves every part that needs an engine.
+// engine is what the node needs of a container runtime: the Docker
+// runtime, or with --runtime hollow the simulated one of package hollow.
+type engine interface {
+	agent.Runtime
+	apiserver.Runtime
+	apiserver.Engine
+	Close() error
+}
+
 var (
-	_ agent.Runtime     = (*docker.Runtime)(nil)
-	_ apiserver.Runtime = (*docker.Runtime)(nil)
-	_ apiserver.Engine  = (*docker.Runtime)(nil)
+	_ engine = (*docker.Runtime)(nil)
+	_ engine = (*hollow.Runtime)(nil)
 )
 
 // Node is one shoal server.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	ready chan struct{}
+	cfg       Config
+	transport *pki.Transport      // nil: plaintext
+	keys      *encryption.KeyRing // nil: credentials stored as given
+	log       *slog.Logger
+	ready     chan struct{}
 
 	mu    sync.Mutex
 	addr  string
@@ -68,7 +84,22 @@ func New(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.ID), ready: make(chan struct{})}, nil
+	tr, err := cfg.TLS.Transport()
+	if err != nil {
+		return nil, err
+	}
+	if tr.Secure() {
+		if err := pki.CheckNode(cfg.TLS.Cert); err != nil {
+			return nil, err
+		}
+	}
+	var keys *encryption.KeyRing
+	if cfg.EncryptionKeyFile != "" {
+		if keys, err = encryption.Load(cfg.EncryptionKeyFile); err != nil {
+			return nil, err
+		}
+	}
+	return &Node{cfg: cfg, transport: tr, keys: keys, log: cfg.Logger.With("node", cfg.ID), ready: make(chan struct{})}, nil
 }
 
 // Ready is closed once the API serves.
@@ -115,8 +146,10 @@ func (n *Node) Run(ctx context.Context) error {
 	noEngine := func(err error) error {
 		return fmt.Errorf("%v. Start the Docker engine (or point --docker-host / DOCKER_HOST at one) and try again", err)
 	}
-	if err := docker.Ping(ctx, cfg.DockerHost); err != nil {
-		return noEngine(err)
+	if cfg.Runtime != RuntimeHollow {
+		if err := docker.Ping(ctx, cfg.DockerHost); err != nil {
+			return noEngine(err)
+		}
 	}
 
 	cli, etcdFatal, closeEtcd, err := n.etcd(ctx)
@@ -125,7 +158,15 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	defer closeEtcd()
 
-	st := store.New(cli, store.Options{Prefix: cfg.Prefix, Logger: cfg.Logger})
+	var m *metrics.Metrics
+	if cfg.MetricsListen != "" {
+		m = metrics.New()
+	}
+	st := store.New(cli, store.Options{Prefix: cfg.Prefix, Logger: cfg.Logger, Keys: n.keys, Metrics: m, Tracer: tp.Tracer("shoal/store")})
+	var cache *store.Cache
+	if cfg.WatchCache {
+		cache = st.UseCache(store.CacheOptions{Logger: cfg.Logger})
+	}
 	// The cluster id goes on every container's labels: nodes of separate
 	// clusters on one engine (two dev clusters on one host share the host
 	// name as node id) must not take each other's containers for orphans.
@@ -135,8 +176,10 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the cluster id from etcd: %w", err)
 	}
-	rt, err := docker.New(ctx, docker.Config{Host: cfg.DockerHost, Node: cfg.ID, Cluster: cluster, Logger: cfg.Logger})
-	if err != nil {
+	var rt engine
+	if cfg.Runtime == RuntimeHollow {
+		rt = hollow.New(hollow.Config{Node: cfg.ID, Latency: cfg.HollowLatency})
+	} else if rt, err = docker.New(ctx, docker.Config{Host: cfg.DockerHost, Node: cfg.ID, Cluster: cluster, Network: cfg.SandboxNetwork, Logger: cfg.Logger}); err != nil {
 		return noEngine(err)
 	}
 	defer rt.Close()
@@ -144,9 +187,40 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", cfg.Listen)
+	// Every listener opens before the node registers: a bad address
+	// (--metrics-listen taken) fails the start before anything of the
+	// node is in etcd. Until they are served, a failed start closes them.
+	var opened []net.Listener
+	serving := false
+	defer func() {
+		if !serving {
+			for _, l := range opened {
+				l.Close()
+			}
+		}
+	}()
+	listen := func(flag, addr string) (net.Listener, error) {
+		if addr == "" {
+			return nil, nil
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
+		}
+		opened = append(opened, l)
+		return l, nil
+	}
+	lis, err := listen("--listen", cfg.Listen)
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", cfg.Listen, err)
+		return err
+	}
+	ml, err := listen("--metrics-listen", cfg.MetricsListen)
+	if err != nil {
+		return err
+	}
+	dl, err := listen("--debug-listen", cfg.DebugListen)
+	if err != nil {
+		return err
 	}
 	// Register before serving: a second node with a live node's id must
 	// fail here, with one line naming the holder.
@@ -156,20 +230,26 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	instance, err := instanceID(cfg.DataDir)
 	if err != nil {
-		lis.Close()
 		return err
 	}
-	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, TTL: cfg.NodeTTL, Instance: instance, Logger: cfg.Logger,
+	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Metrics: m, TTL: cfg.NodeTTL, Instance: instance, Logger: cfg.Logger,
 		Node: &shoalv1.Node{Name: cfg.ID, Address: advertise, Version: cfg.Version, Labels: maps.Clone(cfg.NodeLabels),
 			MaxSandboxes: int32(cfg.MaxSandboxes), StartedAt: timestamppb.Now()}})
 	if err != nil {
-		lis.Close()
 		return err
 	}
-	api, err := apiserver.New(apiserver.Config{Store: st, Runtime: rt, Engine: rt, Node: cfg.ID, Liveness: reg, DefaultImage: cfg.DefaultImage,
-		MaxWatches: cfg.MaxWatches, MaxExecs: cfg.MaxExecs, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver")})
+	var auditLog apiserver.Auditor
+	if cfg.AuditLog != "" {
+		al, err := audit.Open(cfg.AuditLog, audit.Options{MaxBytes: cfg.AuditLogMaxBytes, Backups: cfg.AuditLogBackups})
+		if err != nil {
+			return err
+		}
+		defer al.Close()
+		auditLog = al
+	}
+	api, err := apiserver.New(apiserver.Config{Audit: auditLog, Metrics: m, Store: st, Runtime: rt, Engine: rt, Node: cfg.ID, Liveness: reg, DefaultImage: cfg.DefaultImage,
+		MaxWatches: cfg.MaxWatches, MaxExecs: cfg.MaxExecs, MaxStreamsPerClient: perClient(cfg.MaxStreamsPerClient), Transport: n.transport, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver"), TracerProvider: tp})
 	if err != nil {
-		lis.Close()
 		return err
 	}
 	margin := cfg.FenceMargin
@@ -179,38 +259,55 @@ func (n *Node) Run(ctx context.Context) error {
 	co, err := coordinator.New(coordinator.Config{Store: st, Elector: el, Resync: cfg.Resync, FenceMargin: margin,
 		Logger: cfg.Logger, Tracer: tp.Tracer("shoal/coordinator")})
 	if err != nil {
-		lis.Close()
 		return err
 	}
 	ag, err := agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Lease: reg, FrozenFile: filepath.Join(cfg.DataDir, "frozen-containers"), Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
-		StartupWindow: cfg.StartupWindow, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")})
+		StartupWindow: cfg.StartupWindow, Limits: cfg.SandboxLimits, Metrics: m, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")})
 	if err != nil {
-		lis.Close()
 		return err
 	}
 	if err := reg.Register(ctx); err != nil {
-		lis.Close()
 		return err
 	}
-	gs := grpc.NewServer(api.ServerOptions()...)
+	// otelgrpc continues a caller's trace (W3C traceparent) into the
+	// server's spans.
+	gs := grpc.NewServer(append(api.ServerOptions(),
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(tracing.Propagator))))...)
 	shoalv1.RegisterShoalServer(gs, api)
 	var etcdMember string
 	if len(cfg.EtcdEndpoints) == 0 {
 		etcdMember = n.EtcdEndpoint()
 	}
-	shoalv1.RegisterClusterServer(gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, EtcdMember: etcdMember, Logger: cfg.Logger}))
+	shoalv1.RegisterClusterServer(gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, EtcdMember: etcdMember, Transport: n.transport, Keys: n.keys, Logger: cfg.Logger}))
 
 	n.mu.Lock()
 	n.addr, n.st, n.el, n.ag, n.cluster = lis.Addr().String(), st, el, ag, cluster
 	n.mu.Unlock()
 
+	serving = true // the servers below own (and close) the listeners
+	if m != nil {
+		n.observe(m, st, el, reg)
+		ready := func(ctx context.Context) error {
+			select {
+			case <-n.ready:
+			default:
+				return errors.New("the API is not serving yet")
+			}
+			if !reg.Held() {
+				return errors.New("this node does not hold its liveness lease")
+			}
+			if _, err := cli.Get(ctx, st.LeaderTermKey(), clientv3.WithCountOnly()); err != nil {
+				return fmt.Errorf("etcd: %v", err)
+			}
+			return nil
+		}
+		ms := &http.Server{Handler: m.Handler(ready), ReadHeaderTimeout: 10 * time.Second}
+		msDone := make(chan struct{})
+		go func() { defer close(msDone); _ = ms.Serve(ml) }()
+		defer func() { ms.Close(); <-msDone }()
+	}
 	var debug *http.Server
 	if cfg.DebugListen != "" {
-		dl, err := net.Listen("tcp", cfg.DebugListen)
-		if err != nil {
-			lis.Close()
-			return fmt.Errorf("--debug-listen %s: %w", cfg.DebugListen, err)
-		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -228,6 +325,9 @@ func (n *Node) Run(ctx context.Context) error {
 	runCtx, stopLoops := context.WithCancel(ctx)
 	defer stopLoops()
 	loops, lctx := errgroup.WithContext(runCtx)
+	if cache != nil {
+		loops.Go(func() error { return cache.Start(lctx) })
+	}
 	loops.Go(func() error { return reg.Start(lctx) })
 	loops.Go(func() error { return co.Start(lctx) })
 	loops.Go(func() error { return ag.Start(lctx) })
@@ -274,7 +374,7 @@ func (n *Node) Run(ctx context.Context) error {
 func (n *Node) etcd(ctx context.Context) (*clientv3.Client, <-chan error, func(), error) {
 	cfg := n.cfg
 	if len(cfg.EtcdEndpoints) > 0 {
-		cli, err := embedetcd.Dial(cfg.EtcdEndpoints)
+		cli, err := embedetcd.Dial(cfg.EtcdEndpoints, embedetcd.WithTLS(n.transport.ClientTLS()))
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("--etcd-endpoints: %w", err)
 		}
@@ -312,4 +412,40 @@ func instanceID(dataDir string) (string, error) {
 		return "", fmt.Errorf("--data-dir: %w", err)
 	}
 	return id, nil
+}
+
+// observe registers the node's state metrics, read at scrape time.
+func (n *Node) observe(m *metrics.Metrics, st *store.Store, el *lease.Elector, reg *registry.Registry) {
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	m.Gauge("shoal_leader", "1 while this node leads (holds the leader lease).", func() float64 { return b(el.IsLeader()) })
+	m.CounterFunc("shoal_leader_terms_total", "Terms this node has begun as leader.", func() float64 { return float64(el.Terms()) })
+	m.Gauge("shoal_node_lease_held", "1 while this node holds its liveness lease.", func() float64 { return b(reg.Held()) })
+	m.Labelled("shoal_sandboxes", "Sandboxes by phase and node, as this node's watch cache has them.", []string{"phase", "node"}, func() map[[2]string]float64 {
+		c, _, _ := st.SandboxCounts()
+		return c
+	})
+	m.Gauge("shoal_providers", "Providers, as this node's watch cache has them.", func() float64 {
+		_, p, _ := st.SandboxCounts()
+		return float64(p)
+	})
+	if c := st.Cache(); c != nil {
+		m.CounterFunc("shoal_watch_cache_reads_served_total", "Reads served from the watch cache.", func() float64 { return float64(c.Stats().Served) })
+		m.CounterFunc("shoal_watch_cache_fallbacks_total", "Reads sent to etcd because the watch cache lagged past its bound.", func() float64 { return float64(c.Stats().Fallbacks) })
+		m.CounterFunc("shoal_watch_cache_relists_total", "Relists of the watch cache after a compacted resume.", func() float64 { return float64(c.Stats().Relists) })
+		m.Gauge("shoal_watch_cache_lag_revisions", "Revisions the watch cache trails the newest etcd revision a read has seen (0: caught up).", func() float64 { return float64(c.Lag()) })
+	}
+}
+
+// perClient maps the flag's "0: no cap" to the API server's "negative: no
+// cap" (its 0 is the default).
+func perClient(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }

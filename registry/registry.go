@@ -8,10 +8,12 @@ import (
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/metrics"
 	"shoal/store"
 )
 
@@ -19,6 +21,8 @@ import (
 type Config struct {
 	Store *store.Store
 	Etcd  *clientv3.Client
+	// Metrics, if set, counts renewals and their round trips.
+	Metrics *metrics.Metrics
 	// Node is this node's entry (name, address, labels, capacity, ...).
 	Node *shoalv1.Node
 	// Instance identifies this node's installation (see store.Registration).
@@ -48,9 +52,19 @@ type Registry struct {
 
 // registration is one lease and the registry key on it.
 type registration struct {
-	lease  clientv3.LeaseID
-	renew  <-chan *clientv3.LeaseKeepAliveResponse
+	lease clientv3.LeaseID
+	// renew carries the send time of each renewal etcd accepted; it
+	// closes when the lease is gone (expired, revoked, or past its TTL
+	// by this node's clock).
+	renew  <-chan time.Time
 	cancel context.CancelFunc // stops the keep-alive
+	done   chan struct{}      // closed when the keep-alive has returned
+}
+
+// stop ends the keep-alive and waits for it.
+func (g *registration) stop() {
+	g.cancel()
+	<-g.done
 }
 
 // New validates cfg.
@@ -94,18 +108,72 @@ func (r *Registry) Register(ctx context.Context) error {
 		return err
 	}
 	kctx, cancel := context.WithCancel(ctx)
-	renew, err := r.cfg.Etcd.KeepAlive(kctx, grant.ID)
-	if err != nil {
-		cancel()
-		revoke()
-		return shoal.Unavailable("etcd: keep the node registry lease alive: %v", err)
-	}
+	renew := make(chan time.Time, 1)
+	g := &registration{lease: grant.ID, renew: renew, cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(g.done); r.keepAlive(kctx, grant.ID, asked, renew) }()
 	r.mu.Lock()
-	r.current = &registration{lease: grant.ID, renew: renew, cancel: cancel}
+	r.current = g
 	r.renewed = asked
 	r.gen++
 	r.mu.Unlock()
 	return nil
+}
+
+// keepAlive renews lease every third of the TTL until ctx ends or the
+// lease is gone, and sends on renew the time each accepted renewal was
+// sent. etcd extends the lease from when the renewal reaches it, which is
+// later: so by this node's clock the lease never outlives etcd's, however
+// slow the round trip, and a node that freezes on it (agent/freeze.go)
+// freezes no later than etcd expires it. (The client library's KeepAlive
+// reports only when the answer came back, which errs late by the round
+// trip: under a starved CPU that was enough for a host to run past the
+// fence margin in a chaos soak.)
+func (r *Registry) keepAlive(ctx context.Context, lease clientv3.LeaseID, granted time.Time, renew chan time.Time) {
+	defer close(renew)
+	every := r.cfg.TTL / 3
+	last := granted
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sent := r.cfg.Now()
+		left := last.Add(r.cfg.TTL).Sub(sent)
+		if left <= 0 {
+			return // lost by the clock: etcd has expired it by now
+		}
+		// A slow answer still counts while the lease may live: the call
+		// may take what is left of it.
+		cctx, cancel := context.WithTimeout(ctx, left)
+		resp, err := r.cfg.Etcd.KeepAliveOnce(cctx, lease)
+		cancel()
+		if ctx.Err() == nil {
+			r.cfg.Metrics.LeaseRenewal(err == nil && resp.TTL > 0, r.cfg.Now().Sub(sent))
+		}
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && resp.TTL <= 0:
+			return // expired or revoked
+		case err == nil:
+			last = sent
+			select {
+			case <-renew: // the consumer has not read the older one: replace it
+			default:
+			}
+			renew <- sent
+		}
+		// The next renewal a third of the TTL after this one was sent;
+		// after a failure, soon.
+		next := max(0, sent.Add(every).Sub(r.cfg.Now()))
+		if err != nil {
+			next = min(next, 100*time.Millisecond)
+		}
+		t.Reset(next)
+	}
 }
 
 // Held reports whether the node holds its registration now: it is
@@ -124,6 +192,14 @@ func (r *Registry) State() (held bool, generation uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.current != nil && r.cfg.Now().Sub(r.renewed) < r.cfg.TTL, r.gen
+}
+
+// Renewed is when, by this node's clock, the lease was last renewed: the
+// send time of the newest renewal etcd accepted (or of the grant).
+func (r *Registry) Renewed() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.renewed
 }
 
 // TTL is the liveness lease's TTL.
@@ -155,26 +231,23 @@ func (r *Registry) Start(ctx context.Context) error {
 			case <-ctx.Done():
 				// Graceful: give the key up now rather than after the TTL.
 				cur := r.drop()
-				cur.cancel()
+				cur.stop()
 				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 				_, _ = r.cfg.Etcd.Revoke(rctx, cur.lease)
 				cancel()
 				return nil
-			case resp, ok := <-cur.renew:
+			case sent, ok := <-cur.renew:
 				if !ok {
 					break renewing
 				}
-				// The renewal was sent at most this long ago; counting it
-				// from now errs late by one round trip, which the leader's
-				// fence margin covers.
-				if resp.TTL > 0 {
-					r.mu.Lock()
-					r.renewed = r.cfg.Now()
-					r.mu.Unlock()
+				r.mu.Lock()
+				if sent.After(r.renewed) {
+					r.renewed = sent
 				}
+				r.mu.Unlock()
 			}
 		}
-		r.drop().cancel()
+		r.drop().stop()
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -214,12 +214,12 @@ func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence *
 			}
 			return nil, nil
 		},
-		related: func(ctx context.Context, old, new *shoalv1.Sandbox) ([]clientv3.Cmp, []clientv3.Op, error) {
+		related: func(ctx context.Context, old, new *shoalv1.Sandbox, fromCopy bool) ([]clientv3.Cmp, []clientv3.Op, error) {
 			proof, err := s.ownerProof(ctx, old, margin)
 			if err != nil {
 				return nil, nil, err
 			}
-			cmps, ops, err := s.sandboxRelated(ctx, old, new)
+			cmps, ops, err := s.sandboxRelated(ctx, old, new, fromCopy)
 			return append(cmps, proof...), ops, err
 		},
 	})
@@ -336,7 +336,7 @@ func (s *Store) deleteProvider(ctx context.Context, ws, name string, pre Precond
 			}
 			return cur, nil
 		},
-		related: func(_ context.Context, _, new *shoalv1.Provider) ([]clientv3.Cmp, []clientv3.Op, error) {
+		related: func(_ context.Context, _, new *shoalv1.Provider, _ bool) ([]clientv3.Cmp, []clientv3.Op, error) {
 			if chaosbreak.Is("check-then-act") {
 				return nil, nil, nil
 			}
@@ -383,7 +383,7 @@ func (s *Store) FinalizeProvider(ctx context.Context, ws, name string, fence *Fe
 			}
 			return nil, nil
 		},
-		related: func(context.Context, *shoalv1.Provider, *shoalv1.Provider) ([]clientv3.Cmp, []clientv3.Op, error) {
+		related: func(context.Context, *shoalv1.Provider, *shoalv1.Provider, bool) ([]clientv3.Cmp, []clientv3.Op, error) {
 			return []clientv3.Cmp{noKeys(attachP), noKeys(releaseP)}, nil, nil
 		},
 	})

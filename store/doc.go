@@ -38,4 +38,21 @@
 // and no live sandbox can reference a deleted provider.
 //
 // The deletion protocol is in deletion.go.
+//
+// # Watch cache
+//
+// A node's Store may keep a watch-fed copy of sandboxes and providers
+// (UseCache; cache.go, cachewatch.go): one etcd watch per prefix, started
+// from a list at a revision and resumed from the last revision applied,
+// re-listed only after a compaction. Gets and lists are served from it
+// without weakening consistency: each first reads etcd's current revision
+// (a count-only range, linearizable) and waits until the copy has applied
+// it, asking etcd for a progress notification when that revision was made
+// outside the prefix; a copy that lags past a bound sends the read to etcd.
+// Paged lists read a copy-on-write clone taken at their first page. The
+// update loop starts from the copy (or from this node's own newer write),
+// and only a Txn acts on that state: a refusal or a no-op is decided again
+// from a read. Client watches are served from the copy's event log, so any
+// number of them cost no etcd watch of their own. Placement counts a
+// node's sandboxes from the copy instead of reading every slot key.
 package store

@@ -1,6 +1,8 @@
 package store
 
 import (
+	"maps"
+
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	shoalv1 "shoal/api/shoal/v1"
@@ -12,4 +14,55 @@ func DecodeForFuzz(kind string, kv *mvccpb.KeyValue) (interface{ GetMeta() *shoa
 		return providerCodec.decode(kv)
 	}
 	return sandboxCodec.decode(kv)
+}
+
+// InjectStaleForTest puts an older state of a sandbox (at revision rev)
+// into the watch cache's copy, as a lagging watch would have left it.
+func (s *Store) InjectStaleForTest(sb *shoalv1.Sandbox, rev int64) error {
+	raw, err := sandboxCodec.encode(sb)
+	if err != nil {
+		return err
+	}
+	obj := clone(sb)
+	obj.Meta.ResourceVersion = rev
+	key := s.k.sandbox(obj.Meta.Workspace, obj.Meta.Name)
+	k := s.cache.sandboxes
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.tree.ReplaceOrInsert(entry[*shoalv1.Sandbox]{key: key, obj: obj, raw: raw, rev: rev})
+	delete(k.recent, key)
+	return nil
+}
+
+// RegistryCopyForTest is what the watch cache holds of the node registry:
+// the live node ids and the cordoned ones, and whether placement may use it.
+func (s *Store) RegistryCopyForTest() (live, cordoned []string, usable bool) {
+	c := s.cache
+	for _, kv := range c.liveNodes.values() {
+		live = append(live, lastSegment(string(kv.Key)))
+	}
+	for _, kv := range c.cordons.values() {
+		cordoned = append(cordoned, lastSegment(string(kv.Key)))
+	}
+	return live, cordoned, c.liveNodes.usable() && c.cordons.usable()
+}
+
+// HoldRegistryCopyForTest saves the cache's copy of the node registry; the
+// function it returns puts that copy back, as a watch that lags would
+// have left it.
+func (s *Store) HoldRegistryCopyForTest() (restore func()) {
+	c := s.cache
+	var saved []map[string]*mvccpb.KeyValue
+	for _, k := range []*keyCache{c.liveNodes, c.cordons} {
+		k.mu.RLock()
+		saved = append(saved, maps.Clone(k.kvs))
+		k.mu.RUnlock()
+	}
+	return func() {
+		for i, k := range []*keyCache{c.liveNodes, c.cordons} {
+			k.mu.Lock()
+			k.kvs = saved[i]
+			k.mu.Unlock()
+		}
+	}
 }

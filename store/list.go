@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 
+	"github.com/google/btree"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -40,7 +41,8 @@ type Page[T any] struct {
 }
 
 // ListSandboxes lists sandboxes of a workspace ("" for all) that match keep
-// (nil keeps all).
+// (nil keeps all). keep must not change what it is given: from the watch
+// cache it is the cached record itself.
 func (s *Store) ListSandboxes(ctx context.Context, ws string, o ListOptions, keep func(*shoalv1.Sandbox) bool) (Page[*shoalv1.Sandbox], error) {
 	prefix := s.k.allSandboxes()
 	if ws != "" {
@@ -75,6 +77,11 @@ func list[T object](ctx context.Context, s *Store, c codec[T], prefix string, o 
 	}
 	if o.Revision < 0 {
 		return page, shoal.Invalid("page_token", "has a negative revision")
+	}
+	if k := kindOf(s, c); k != nil && strings.HasPrefix(prefix, k.prefix) {
+		if page, ok, err := listCached(ctx, k, prefix, start, o, keep); ok || err != nil {
+			return page, err
+		}
 	}
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	rev := o.Revision
@@ -135,4 +142,56 @@ func (s *Store) keyOf(obj interface{ GetMeta() *shoalv1.ObjectMeta }) string {
 		return s.k.provider(m.GetWorkspace(), m.GetName())
 	}
 	return s.k.sandbox(m.GetWorkspace(), m.GetName())
+}
+
+// listCached serves a list from the watch cache: a first page from a
+// clone of the copy once it has caught up with etcd, a later page from the
+// first page's clone. ok is false when the cache cannot serve it (not
+// caught up, or the snapshot is gone): the caller reads etcd.
+func listCached[T object](ctx context.Context, k *kindCache[T], prefix, start string, o ListOptions, keep func(T) bool) (page Page[T], ok bool, err error) {
+	var tree *btree.BTreeG[entry[T]]
+	if o.Revision != 0 {
+		if tree, ok = k.snapshotAt(o.Revision); !ok {
+			return page, false, nil
+		}
+		page.Revision = o.Revision
+	} else {
+		fresh, err := k.waitFresh(ctx)
+		if err != nil || !fresh {
+			return page, false, err
+		}
+		tree, page.Revision = k.snapshot()
+	}
+	size, full, last := 0, false, ""
+	tree.AscendGreaterOrEqual(entry[T]{key: start}, func(e entry[T]) bool {
+		if !strings.HasPrefix(e.key, prefix) {
+			return false
+		}
+		if e.err != nil {
+			page.Warnings = append(page.Warnings, e.err.Error())
+			return true
+		}
+		if keep != nil && !keep(e.obj) {
+			return true
+		}
+		if o.Limit > 0 && int64(len(page.Items)) == o.Limit ||
+			o.MaxBytes > 0 && len(page.Items) > 0 && size+len(e.raw) > o.MaxBytes {
+			full = true // one more match exists: the page is full
+			return false
+		}
+		page.Items = append(page.Items, e.obj)
+		size += len(e.raw)
+		last = e.key
+		return true
+	})
+	if full {
+		page.Next = &ListOptions{Limit: o.Limit, MaxBytes: o.MaxBytes, After: last, Revision: page.Revision}
+		if o.Revision == 0 {
+			k.keep(page.Revision, tree)
+		}
+	}
+	for i, obj := range page.Items {
+		page.Items[i] = clone(obj) // readers may change what they get
+	}
+	return page, true, nil
 }

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -40,21 +42,21 @@ func parseLost(v []byte) (time.Time, error) { return time.Parse(time.RFC3339Nano
 func (s *Store) MarkNodeLost(ctx context.Context, id string, fence *Fence) (time.Time, error) {
 	key, info, lost := s.k.node(id), s.k.nodeInfo(id), s.k.lost(id)
 	now := s.now()
-	resp, err := s.c.Txn(ctx).If(fenced(fence,
+	resp, fencedOut, err := s.fencedTxn(ctx, "node lost", lost, fence, []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(info), ">", 0),
 		clientv3.Compare(clientv3.CreateRevision(lost), "=", 0),
-	)...).Then(clientv3.OpPut(lost, lostValue(now))).
-		Else(clientv3.OpGet(lost), clientv3.OpGet(key, clientv3.WithKeysOnly()), clientv3.OpGet(info, clientv3.WithKeysOnly())).Commit()
+	}, []clientv3.Op{clientv3.OpPut(lost, lostValue(now))},
+		[]clientv3.Op{clientv3.OpGet(lost), clientv3.OpGet(key, clientv3.WithKeysOnly()), clientv3.OpGet(info, clientv3.WithKeysOnly())})
 	if err != nil {
-		return time.Time{}, etcdErr(ctx, err)
+		return time.Time{}, err
 	}
 	if resp.Succeeded {
 		s.log.Warn("node lost its lease", "node", id)
-		if fence != nil {
-			s.applied("node lost", lost, fence, resp.Header.Revision)
-		}
 		return now, nil
+	}
+	if fencedOut {
+		return time.Time{}, ErrFenced
 	}
 	r := resp.Responses
 	if len(r[1].GetResponseRange().GetKvs()) > 0 || len(r[2].GetResponseRange().GetKvs()) == 0 {
@@ -67,7 +69,7 @@ func (s *Store) MarkNodeLost(ctx context.Context, id string, fence *Fence) (time
 		}
 		return since, nil
 	}
-	return time.Time{}, ErrFenced // only the fence compare can have failed
+	return time.Time{}, nil // recorded and gone meanwhile: the next pass sees it
 }
 
 // LostNodes returns every recorded loss, by node id.
@@ -100,53 +102,94 @@ func (s *Store) MarkSandboxesUnknown(ctx context.Context, id string, since time.
 	msg := fmt.Sprintf("node %s lost its lease at %s; the sandbox's state is unknown until the node is back",
 		id, since.UTC().Format(time.RFC3339))
 	nodeAbsent := clientv3.Compare(clientv3.CreateRevision(s.k.node(id)), "=", 0)
-	n := 0
+	// Each sandbox is its own fenced write, independent of the others:
+	// they go side by side (a host of a hundred sandboxes took seconds one
+	// after another on a busy machine).
+	var n atomic.Int64
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, markWidth)
+	var wg sync.WaitGroup
 	for _, sb := range page.Items {
-		ws, name, uid := sb.Meta.Workspace, sb.Meta.Name, sb.Meta.Uid
-		_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
-			codec:  sandboxCodec,
-			key:    s.k.sandbox(ws, name),
-			intent: s.k.intent(ws, name),
-			fence:  fence,
-			pre:    Preconditions{UID: uid},
-			mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
-				if cur == nil || cur.GetMeta().GetDeletionTimestamp() != nil || NodeOf(cur) != id {
-					return nil, errGone
-				}
-				if cur.Status == nil {
-					cur.Status = &shoalv1.SandboxStatus{}
-				}
-				cur.Status.Phase = shoalv1.SandboxPhase_UNKNOWN
-				cur.Status.Message = msg
-				SetCondition(cur.Status, ConditionNodeLost, "True", "LeaseExpired", msg)
-				return cur, nil
-			},
-			related: func(ctx context.Context, old, new *shoalv1.Sandbox) ([]clientv3.Cmp, []clientv3.Op, error) {
-				// Read on every attempt: a node that is back ends the loop
-				// rather than failing its compare for ever.
-				resp, err := s.c.Get(ctx, s.k.node(id), clientv3.WithKeysOnly())
-				if err != nil {
-					return nil, nil, etcdErr(ctx, err)
-				}
-				if len(resp.Kvs) > 0 {
-					return nil, nil, errGone
-				}
-				cmps, ops, err := s.sandboxRelated(ctx, old, new)
-				return append(cmps, nodeAbsent), ops, err
-			},
-		})
-		switch {
-		case err == nil:
-			n++
-		case err == errGone:
-		case shoal.KindOf(err) == shoal.KindFailedPrecondition, shoal.KindOf(err) == shoal.KindNotFound,
-			shoal.KindOf(err) == shoal.KindConflict, shoal.KindOf(err) == shoal.KindDataLoss:
-			// being deleted, gone, replaced or unreadable: nothing to mark
-		default:
-			return n, err
+		sem <- struct{}{}
+		mu.Lock()
+		failed := firstErr != nil
+		mu.Unlock()
+		if failed {
+			<-sem
+			break // the fence is lost or etcd is gone: the rest would fail alike
 		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			marked, err := s.markUnknown(ctx, id, sb, msg, nodeAbsent, fence)
+			if err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+				return
+			}
+			if marked {
+				n.Add(1)
+			}
+		})
 	}
-	return n, nil
+	wg.Wait()
+	return int(n.Load()), firstErr
+}
+
+// markWidth bounds the UNKNOWN marks in flight at once.
+const markWidth = 16
+
+// markUnknown marks one sandbox of lost node id UNKNOWN. A sandbox with
+// nothing to mark (being deleted, gone, replaced, unreadable, or its node
+// back) is not marked and no error.
+func (s *Store) markUnknown(ctx context.Context, id string, sb *shoalv1.Sandbox, msg string, nodeAbsent clientv3.Cmp, fence *Fence) (bool, error) {
+	ws, name, uid := sb.Meta.Workspace, sb.Meta.Name, sb.Meta.Uid
+	_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
+		codec:  sandboxCodec,
+		key:    s.k.sandbox(ws, name),
+		intent: s.k.intent(ws, name),
+		fence:  fence,
+		pre:    Preconditions{UID: uid},
+		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
+			if cur == nil || cur.GetMeta().GetDeletionTimestamp() != nil || NodeOf(cur) != id {
+				return nil, errGone
+			}
+			if cur.Status == nil {
+				cur.Status = &shoalv1.SandboxStatus{}
+			}
+			cur.Status.Phase = shoalv1.SandboxPhase_UNKNOWN
+			cur.Status.Message = msg
+			SetCondition(cur.Status, ConditionNodeLost, "True", "LeaseExpired", msg)
+			return cur, nil
+		},
+		related: func(ctx context.Context, old, new *shoalv1.Sandbox, fromCopy bool) ([]clientv3.Cmp, []clientv3.Op, error) {
+			// Read on every attempt: a node that is back ends the loop
+			// rather than failing its compare for ever.
+			resp, err := s.c.Get(ctx, s.k.node(id), clientv3.WithKeysOnly())
+			if err != nil {
+				return nil, nil, etcdErr(ctx, err)
+			}
+			if len(resp.Kvs) > 0 {
+				return nil, nil, errGone
+			}
+			cmps, ops, err := s.sandboxRelated(ctx, old, new, fromCopy)
+			return append(cmps, nodeAbsent), ops, err
+		},
+	})
+	switch {
+	case err == nil:
+		return true, nil
+	case err == errGone:
+	case shoal.KindOf(err) == shoal.KindFailedPrecondition, shoal.KindOf(err) == shoal.KindNotFound,
+		shoal.KindOf(err) == shoal.KindConflict, shoal.KindOf(err) == shoal.KindDataLoss:
+		// being deleted, gone, replaced or unreadable: nothing to mark
+	default:
+		return false, err
+	}
+	return false, nil
 }
 
 // SetCondition sets a condition, moving its transition time only when its
@@ -215,22 +258,22 @@ func (s *Store) CompleteForget(ctx context.Context, id string, fence *Fence) (bo
 	if n := len(page.Items); n > 0 {
 		return false, n, nil
 	}
-	tx, err := s.c.Txn(ctx).If(fenced(fence,
+	tx, fencedOut, err := s.fencedTxn(ctx, "node forgotten", info, fence, []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(s.k.node(id)), "=", 0),
 		clientv3.Compare(clientv3.ModRevision(info), "=", infoRev),
 		clientv3.Compare(clientv3.CreateRevision(s.k.forget(id)), ">", 0),
-	)...).Then(
+	}, []clientv3.Op{
 		clientv3.OpDelete(info), clientv3.OpDelete(s.k.cordon(id)), clientv3.OpDelete(s.k.lost(id)),
 		clientv3.OpDelete(s.k.forget(id)), clientv3.OpDelete(s.k.placedPrefix(id), clientv3.WithPrefix()),
-	).Commit()
+	}, nil)
 	if err != nil {
-		return false, 0, etcdErr(ctx, err)
+		return false, 0, err
+	}
+	if fencedOut {
+		return false, 0, ErrFenced
 	}
 	if tx.Succeeded {
 		s.log.Info("node forgotten", "node", id)
-		if fence != nil {
-			s.applied("node forgotten", info, fence, tx.Header.Revision)
-		}
 	}
 	return tx.Succeeded, 0, nil
 }

@@ -124,21 +124,41 @@ func (s *Store) CordonNode(ctx context.Context, id string, cordon bool) error {
 
 // Nodes returns every known node with its status, sorted by name.
 func (s *Store) Nodes(ctx context.Context) ([]*shoalv1.Node, error) {
-	resp, err := s.c.Txn(ctx).Then(
+	return s.registry(ctx, true)
+}
+
+// registry reads the nodes in one Txn; with slots, each node's sandbox
+// count from its slot keys (a key per sandbox of the fleet).
+func (s *Store) registry(ctx context.Context, slots bool) ([]*shoalv1.Node, error) {
+	nodes, _, err := s.registryRevs(ctx, slots)
+	return nodes, err
+}
+
+// registryRevs is registry with the ModRevision of each live node's
+// registry key, which placement compares.
+func (s *Store) registryRevs(ctx context.Context, slots bool) ([]*shoalv1.Node, map[string]int64, error) {
+	ops := []clientv3.Op{
 		clientv3.OpGet(s.k.prefix+"/nodeinfo/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.k.prefix+"/nodes/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.k.prefix+"/cordon/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
-		clientv3.OpGet(s.k.prefix+"/placed/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(s.k.prefix+"/lost/", clientv3.WithPrefix()),
-	).Commit()
+	}
+	if slots {
+		ops = append(ops, clientv3.OpGet(s.k.prefix+"/placed/", clientv3.WithPrefix(), clientv3.WithKeysOnly()))
+	}
+	resp, err := s.c.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return nil, etcdErr(ctx, err)
+		return nil, nil, etcdErr(ctx, err)
 	}
 	r := resp.Responses
-	nodes := nodesFrom(r[0].GetResponseRange().GetKvs(), r[1].GetResponseRange().GetKvs(),
-		r[2].GetResponseRange().GetKvs(), r[3].GetResponseRange().GetKvs(), s.k.prefix)
+	var placed []*mvccpb.KeyValue
+	if slots {
+		placed = r[4].GetResponseRange().GetKvs()
+	}
+	live := r[1].GetResponseRange().GetKvs()
+	nodes := nodesFrom(r[0].GetResponseRange().GetKvs(), live, r[2].GetResponseRange().GetKvs(), placed, s.k.prefix)
 	lost := map[string]time.Time{}
-	for _, kv := range r[4].GetResponseRange().GetKvs() {
+	for _, kv := range r[3].GetResponseRange().GetKvs() {
 		if t, err := parseLost(kv.Value); err == nil {
 			lost[lastSegment(string(kv.Key))] = t
 		}
@@ -149,21 +169,44 @@ func (s *Store) Nodes(ctx context.Context) ([]*shoalv1.Node, error) {
 			n.Status.LastSeen = timestamppb.New(t)
 		}
 	}
-	return nodes, nil
+	return nodes, liveRevs(live), nil
 }
 
-// GetNode returns one node.
-func (s *Store) GetNode(ctx context.Context, id string) (*shoalv1.Node, error) {
-	nodes, err := s.Nodes(ctx)
-	if err != nil {
-		return nil, err
+// liveRevs maps node ids to the ModRevision of their registry keys.
+func liveRevs(live []*mvccpb.KeyValue) map[string]int64 {
+	revs := make(map[string]int64, len(live))
+	for _, kv := range live {
+		revs[lastSegment(string(kv.Key))] = kv.ModRevision
 	}
-	for _, n := range nodes {
-		if n.Name == id {
-			return n, nil
+	return revs
+}
+
+// GetNode returns one node, reading its keys only (every forwarded exec
+// asks for its owner: the cost must not grow with the fleet).
+func (s *Store) GetNode(ctx context.Context, id string) (*shoalv1.Node, error) {
+	resp, err := s.c.Txn(ctx).Then(
+		clientv3.OpGet(s.k.nodeInfo(id)),
+		clientv3.OpGet(s.k.node(id)),
+		clientv3.OpGet(s.k.cordon(id), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.k.placedPrefix(id), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.k.lost(id)),
+	).Commit()
+	if err != nil {
+		return nil, etcdErr(ctx, err)
+	}
+	r := resp.Responses
+	nodes := nodesFrom(r[0].GetResponseRange().GetKvs(), r[1].GetResponseRange().GetKvs(), r[2].GetResponseRange().GetKvs(), nil, s.k.prefix)
+	if len(nodes) != 1 || nodes[0].Name != id {
+		return nil, shoal.NotFound("node %q not found; `shoal node list` shows the known nodes", id)
+	}
+	n := nodes[0]
+	n.Status.Sandboxes = int32(r[3].GetResponseRange().GetCount())
+	if kvs := r[4].GetResponseRange().GetKvs(); len(kvs) > 0 && !n.Status.Ready {
+		if t, err := parseLost(kvs[0].Value); err == nil {
+			n.Status.LastSeen = timestamppb.New(t)
 		}
 	}
-	return nil, shoal.NotFound("node %q not found; `shoal node list` shows the known nodes", id)
+	return n, nil
 }
 
 func nodesFrom(infos, live, cordons, placed []*mvccpb.KeyValue, prefix string) []*shoalv1.Node {
@@ -212,17 +255,82 @@ type Placement struct {
 }
 
 // place chooses a node for a new sandbox and returns the compares and ops
-// that bind it in the create Txn: the node's registry key exists (so no
-// sandbox is placed on a node whose lease is gone) and its slot is free.
-// Fewest sandboxes first; ties are broken at random.
-func (s *Store) place(ctx context.Context, p Placement, sb *shoalv1.Sandbox) ([]clientv3.Cmp, []clientv3.Op, error) {
-	nodes, err := s.Nodes(ctx)
+// that bind it in the create Txn: the node's registry key is the one the
+// choice was made from (so no sandbox is placed on a node whose lease is
+// gone, or that registered again with other labels or capacity), the node
+// is not cordoned, and its slot is free. Fewest sandboxes first; ties are
+// broken at random.
+//
+// fromCopy chooses from the watch cache's copy of the registry, so that an
+// uncontended create is one round trip; the compares make a stale copy a
+// conflict, and a refusal (no node fits) is decided again from etcd.
+func (s *Store) place(ctx context.Context, p Placement, sb *shoalv1.Sandbox, fromCopy bool) ([]clientv3.Cmp, []clientv3.Op, error) {
+	c, err := s.placementNodes(ctx, fromCopy)
 	if err != nil {
 		return nil, nil, err
 	}
+	cmps, ops, err := s.placeOn(ctx, c, p, sb)
+	if err != nil && c.cached && shoal.KindOf(err) == shoal.KindFailedPrecondition {
+		// A refusal from cached state is decided again from etcd's.
+		nodes, revs, err := s.registryRevs(ctx, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s.placeOn(ctx, candidates{nodes: nodes, live: revs}, p, sb)
+	}
+	return cmps, ops, err
+}
+
+// candidates are the nodes placement chooses among, with the ModRevision
+// of each live node's registry key as it was read; cached: counts or
+// registry came from the watch cache.
+type candidates struct {
+	nodes  []*shoalv1.Node
+	live   map[string]int64
+	cached bool
+}
+
+// placementNodes are the nodes with their sandbox counts. With a watch
+// cache the counts come from its copy of the sandboxes (a sandbox holds
+// its slot from its create to its removal, in the same Txns), so a create
+// does not read a key per sandbox of the fleet; with fromCopy the registry
+// comes from the cache's copy too, and the create reads nothing before its
+// Txn. The create's compares make a stale count or registry cost a retry,
+// never an over-full, departed or cordoned node.
+func (s *Store) placementNodes(ctx context.Context, fromCopy bool) (candidates, error) {
+	var counts map[string]int
+	ok := false
+	if s.cache != nil {
+		counts, ok = s.cache.sandboxes.nodeCounts()
+	}
+	if !ok {
+		nodes, revs, err := s.registryRevs(ctx, true)
+		return candidates{nodes: nodes, live: revs}, err
+	}
+	var c candidates
+	if fromCopy && s.cache.liveNodes.usable() && s.cache.cordons.usable() {
+		// Live nodes only: a refusal is decided again from etcd, with
+		// the NotReady nodes named.
+		live := s.cache.liveNodes.values()
+		c = candidates{nodes: nodesFrom(nil, live, s.cache.cordons.values(), nil, s.k.prefix), live: liveRevs(live)}
+	} else {
+		nodes, revs, err := s.registryRevs(ctx, false)
+		if err != nil {
+			return candidates{}, err
+		}
+		c = candidates{nodes: nodes, live: revs}
+	}
+	c.cached = true
+	for _, n := range c.nodes {
+		n.Status.Sandboxes = int32(counts[n.Name])
+	}
+	return c, nil
+}
+
+func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoalv1.Sandbox) ([]clientv3.Cmp, []clientv3.Op, error) {
 	var why []string
 	var fit []*shoalv1.Node
-	for _, n := range nodes {
+	for _, n := range c.nodes {
 		if p.Node != "" && n.Name != p.Node {
 			continue
 		}
@@ -261,7 +369,10 @@ func (s *Store) place(ctx context.Context, p Placement, sb *shoalv1.Sandbox) ([]
 	key := s.k.placed(n.Name, slot)
 	var cmps []clientv3.Cmp
 	if !chaosbreak.Is("no-registry-compare") {
-		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.k.node(n.Name)), ">", 0))
+		// The registry key as read: it exists (the node's lease holds)
+		// and is the registration the choice was made from.
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.k.node(n.Name)), "=", c.live[n.Name]),
+			clientv3.Compare(clientv3.CreateRevision(s.k.cordon(n.Name)), "=", 0))
 	}
 	if !chaosbreak.Is("no-capacity") {
 		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))

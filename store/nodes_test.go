@@ -2,14 +2,18 @@ package store_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/testenv"
 	"shoal/store"
 )
 
@@ -169,6 +173,24 @@ func TestPlacementCapacityCordonSelector(t *testing.T) {
 	if err := s.CordonNode(ctx, "zz", true); shoal.KindOf(err) != shoal.KindNotFound {
 		t.Fatalf("cordon an unknown node: %v", err)
 	}
+	// GetNode reads one node's keys; it says what Nodes says of it (a
+	// Ready one with sandboxes, a cordoned one, a NotReady one).
+	if err := s.CordonNode(ctx, "a", true); err != nil {
+		t.Fatal(err)
+	}
+	all, err := s.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range all {
+		got, err := s.GetNode(ctx, want.Name)
+		if err != nil || !proto.Equal(got, want) {
+			t.Errorf("GetNode(%s) = %v (%v), Nodes has %v", want.Name, got, err, want)
+		}
+	}
+	if _, err := s.GetNode(ctx, "zz"); shoal.KindOf(err) != shoal.KindNotFound {
+		t.Errorf("GetNode of an unknown node: %v", err)
+	}
 }
 
 // A create retried with its request id returns the record it made; another
@@ -192,5 +214,73 @@ func TestCreateRetriedWithItsRequestID(t *testing.T) {
 	other, err := s.CreateSandboxOn(ctx, sandbox("r2"), store.Placement{}, "req-1")
 	if err != nil || other.Meta.Uid == first.Meta.Uid {
 		t.Fatalf("the same request id for another name: %v, uid %s", err, other.GetMeta().GetUid())
+	}
+}
+
+// Placement chooses from the watch cache's copy of the registry, and the
+// create's Txn compares what it chose from: a copy that still shows a
+// cordoned node uncordoned, a departed node live, or a re-registered node
+// with its old labels places nothing there. The creates retry from etcd
+// and are refused with etcd's reasons.
+func TestPlacementFromAStaleRegistryCopy(t *testing.T) {
+	raw, srv := testenv.Etcd(t)
+	ctx := ctxT(t)
+	writer := store.New(raw, store.Options{})
+	b, _, bc := cachedNode(t, "http://"+srv.Endpoint())
+	register(t, writer, raw, "cordoned", 0, nil)
+	gone := register(t, writer, raw, "gone", 0, nil)
+	relabelled := register(t, writer, raw, "relabelled", 0, map[string]string{"gpu": "a100"})
+	// What the copy has, sorted.
+	copyOf := func() string {
+		live, cordoned, usable := b.RegistryCopyForTest()
+		slices.Sort(live)
+		slices.Sort(cordoned)
+		return fmt.Sprintf("live %v cordoned %v usable %v", live, cordoned, usable)
+	}
+	waitCopy := func(want string) {
+		t.Helper()
+		testenv.Eventually(t, time.Minute, "the registry copy is "+want, func() (bool, error) { return copyOf() == want, nil })
+	}
+	waitCopy("live [cordoned gone relabelled] cordoned [] usable true")
+	// From the copy, while it is current: placed on a live node.
+	if sb, err := b.CreateSandboxOn(ctx, sandbox("first"), store.Placement{Selector: map[string]string{"gpu": "a100"}}, ""); err != nil || sb.Spec.Node != "relabelled" {
+		t.Fatalf("create from a current copy: %v on %q", err, sb.GetSpec().GetNode())
+	}
+	restore := b.HoldRegistryCopyForTest()
+
+	if err := writer.CordonNode(ctx, "cordoned", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Revoke(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Revoke(ctx, relabelled); err != nil {
+		t.Fatal(err)
+	}
+	register(t, writer, raw, "relabelled", 0, map[string]string{"gpu": "none"})
+	waitCopy("live [cordoned relabelled] cordoned [cordoned] usable true")
+	restore()
+	if got := copyOf(); got != "live [cordoned gone relabelled] cordoned [] usable true" {
+		t.Fatalf("the held copy was not put back: %s", got)
+	}
+
+	_, err := b.CreateSandboxOn(ctx, sandbox("stale-gpu"), store.Placement{Selector: map[string]string{"gpu": "a100"}}, "")
+	if msg := fmt.Sprint(err); shoal.KindOf(err) != shoal.KindFailedPrecondition || !strings.Contains(msg, "relabelled lacks label gpu=a100") {
+		t.Fatalf("a selector only the stale copy matches: %v", err)
+	}
+	for _, node := range []string{"cordoned", "gone"} {
+		_, err := b.CreateSandboxOn(ctx, sandbox("on-"+node), store.Placement{Node: node}, "")
+		if msg := fmt.Sprint(err); shoal.KindOf(err) != shoal.KindFailedPrecondition || !strings.Contains(msg, node+" cordoned") && !strings.Contains(msg, node+" not ready") {
+			t.Fatalf("--node %s from a stale copy: %v", node, err)
+		}
+	}
+	// Nothing was placed on them: every record's node is the one it was
+	// created on.
+	resp, err := bc.Get(ctx, b.SandboxKey("default", ""), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 1 {
+		t.Fatalf("%d sandboxes stored, want only the first", resp.Count)
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"maps"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -22,13 +23,15 @@ func (s *Store) CreateProvider(ctx context.Context, p *shoalv1.Provider) (*shoal
 				}
 				return nil, shoal.AlreadyExists("provider %q already exists", m.Name)
 			}
-			return clone(p), nil
+			next := clone(p)
+			return next, s.sealCredentials(next, nil)
 		},
 	})
 }
 
-// GetProvider reads one provider, credentials included: callers that face
-// users must redact them.
+// GetProvider reads one provider, credentials included (sealed, with a key
+// ring: OpenCredentials opens them): callers that face users must redact
+// them.
 func (s *Store) GetProvider(ctx context.Context, ws, name string) (*shoalv1.Provider, error) {
 	return get(ctx, s, providerCodec, s.k.provider(ws, name), name)
 }
@@ -43,10 +46,12 @@ func (s *Store) UpdateProvider(ctx context.Context, ws, name string, pre Precond
 			if cur == nil {
 				return nil, shoal.NotFound("provider %q not found", name)
 			}
+			prev := maps.Clone(cur.Credentials)
 			if err := mutate(cur); err != nil {
 				return nil, err
 			}
-			return cur, nil
+			// New values arrive in plaintext: sealed before the write.
+			return cur, s.sealCredentials(cur, prev)
 		},
 	})
 }

@@ -65,18 +65,18 @@ func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string, fence 
 		}
 		rev = resp.Kvs[0].ModRevision
 	}
-	tx, err := s.c.Txn(ctx).If(fenced(fence,
+	tx, fencedOut, err := s.fencedTxn(ctx, "stale intent removed", intent, fence, []clientv3.Cmp{
 		clientv3.Compare(clientv3.Value(intent), "=", uid),
 		clientv3.Compare(clientv3.ModRevision(key), "=", rev),
-	)...).Then(clientv3.OpDelete(intent)).Commit()
+	}, []clientv3.Op{clientv3.OpDelete(intent)}, nil)
 	if err != nil {
-		return false, etcdErr(ctx, err)
+		return false, err
+	}
+	if fencedOut {
+		return false, ErrFenced
 	}
 	if tx.Succeeded {
 		s.log.Warn("removed stale deletion intent", "workspace", ws, "sandbox", name, "intent_uid", uid)
-		if fence != nil {
-			s.applied("stale intent removed", intent, fence, tx.Header.Revision)
-		}
 	}
 	return tx.Succeeded, nil
 }
@@ -175,28 +175,19 @@ func (s *Store) CollectAttachments(ctx context.Context, fence *Fence) (int, erro
 			}
 			guard = clientv3.Compare(clientv3.ModRevision(h.sbKey), "=", rec.ModRevision)
 		}
-		tx, err := s.c.Txn(ctx).If(fenced(fence, guard,
+		tx, fencedOut, err := s.fencedTxn(ctx, "stray key removed", string(h.kv.Key), fence, []clientv3.Cmp{guard,
 			clientv3.Compare(clientv3.Value(string(h.kv.Key)), "=", string(h.kv.Value)),
-		)...).Then(clientv3.OpDelete(string(h.kv.Key))).Commit()
+		}, []clientv3.Op{clientv3.OpDelete(string(h.kv.Key))}, nil)
 		if err != nil {
-			return removed, etcdErr(ctx, err)
+			return removed, err
+		}
+		if fencedOut {
+			return removed, ErrFenced
 		}
 		if tx.Succeeded {
 			removed++
 			s.log.Warn("removed a key no sandbox holds", "key", fmt.Sprintf("%q", h.kv.Key))
-			if fence != nil {
-				s.applied("stray key removed", string(h.kv.Key), fence, tx.Header.Revision)
-			}
 		}
 	}
 	return removed, nil
-}
-
-// fenced adds the fence's compare, if there is a fence (tests repair
-// without one).
-func fenced(f *Fence, cmps ...clientv3.Cmp) []clientv3.Cmp {
-	if f != nil {
-		cmps = append(cmps, f.cmp())
-	}
-	return cmps
 }

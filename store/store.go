@@ -1,16 +1,24 @@
 package store
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/encryption"
 	"shoal/internal/chaosbreak"
+	"shoal/metrics"
 )
 
 // DefaultWorkspace is used where a request names none.
@@ -23,6 +31,13 @@ type Options struct {
 	Logger *slog.Logger
 	// Now returns the wall clock used for created_at and deletion_timestamp.
 	Now func() time.Time
+	// Keys, when set, encrypts provider credentials at rest (credentials.go).
+	Keys *encryption.KeyRing
+	// Metrics, if set, counts the update loop's attempts and conflicts.
+	Metrics *metrics.Metrics
+	// Tracer, if set, makes a span per update (attempts, conflicts,
+	// same-bytes commits, a lost fence).
+	Tracer trace.Tracer
 }
 
 // Store reads and writes shoal objects in etcd.
@@ -31,8 +46,14 @@ type Store struct {
 	k   keys
 	log *slog.Logger
 	now func() time.Time
+	// keys seal provider credentials; nil: stored as given.
+	keys    *encryption.KeyRing
+	metrics *metrics.Metrics // nil: none
+	tracer  trace.Tracer
 
 	corrupt corruptLog
+	// cache, when set (UseCache), serves reads and client watches.
+	cache *Cache
 }
 
 // New returns a Store over an etcd client.
@@ -46,7 +67,10 @@ func New(c *clientv3.Client, o Options) *Store {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Store{c: c, k: keys{prefix: o.Prefix}, log: o.Logger.With("subsystem", "store"), now: o.Now}
+	if o.Tracer == nil {
+		o.Tracer = noop.NewTracerProvider().Tracer("shoal/store")
+	}
+	return &Store{c: c, k: keys{prefix: o.Prefix}, log: o.Logger.With("subsystem", "store"), now: o.Now, keys: o.Keys, metrics: o.Metrics, tracer: o.Tracer}
 }
 
 // Client is the etcd client the store writes through.
@@ -106,6 +130,47 @@ func (f *Fence) cmp() clientv3.Cmp {
 // Every fenced Txn of the store reports here, so the check sees them all.
 func (s *Store) applied(what, key string, f *Fence, rev int64) {
 	s.log.Info("fenced write: "+what, "name", key, "fence_key", f.Key, "fence_rev", f.Revision, "commit_rev", rev)
+}
+
+// fencedTxn is a leader-only write outside the update loop (node loss,
+// repairs): one Txn of cmps plus the fence's compare, then or els. It has
+// the update loop's span, metric and log: a "store.txn" span naming what
+// and key, a committed write reported to applied, and a refusal for the
+// fence (the leader key's create revision is not the fence's, read in
+// the same Txn) counted in shoal_fenced_rejections_total and returned as
+// fencedOut. els's responses come first in resp.Responses. Without a fence
+// (tests) it is a plain Txn.
+func (s *Store) fencedTxn(ctx context.Context, what, key string, fence *Fence, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, fencedOut bool, err error) {
+	ctx, span := s.tracer.Start(ctx, "store.txn", trace.WithAttributes(attribute.String("shoal.txn", what), attribute.String("shoal.key", key)))
+	defer func() {
+		span.SetAttributes(attribute.Bool("shoal.txn.succeeded", err == nil && resp.Succeeded), attribute.Bool("shoal.update.fenced", fencedOut))
+		if err != nil {
+			span.SetStatus(codes.Error, "txn failed")
+			span.RecordError(errors.New(errorClass(err)))
+		}
+		span.End()
+	}()
+	if fence != nil {
+		cmps = append(cmps, fence.cmp())
+		els = append(els, clientv3.OpGet(fence.Key, clientv3.WithKeysOnly()))
+	}
+	resp, err = s.c.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	if err != nil {
+		return nil, false, etcdErr(ctx, err)
+	}
+	if fence == nil {
+		return resp, false, nil
+	}
+	if resp.Succeeded {
+		s.applied(what, key, fence, resp.Header.Revision)
+		return resp, false, nil
+	}
+	kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs()
+	if len(kvs) == 0 || kvs[0].CreateRevision != fence.Revision {
+		s.metrics.FencedRejection()
+		return resp, true, nil
+	}
+	return resp, false, nil
 }
 
 // ErrFenced is returned for a fenced write after leadership was lost.

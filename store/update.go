@@ -3,11 +3,15 @@ package store
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"shoal"
 	"shoal/internal/chaosbreak"
@@ -22,8 +26,12 @@ type mutateFunc[T object] func(cur T) (T, error)
 
 // relatedFunc returns the extra compares and ops that must commit atomically
 // with a change from old to new (attachment keys, and compares on the
-// objects they point at).
-type relatedFunc[T object] func(ctx context.Context, old, new T) ([]clientv3.Cmp, []clientv3.Op, error)
+// objects they point at). fromCopy allows it to read those objects from
+// the watch cache (the first attempt only): what it compares makes a stale
+// copy a conflict, and the attempts after a conflict read etcd, so a copy
+// that lags cannot make the loop spin. A refusal it would base on the copy
+// (an object not found) it must check with etcd first.
+type relatedFunc[T object] func(ctx context.Context, old, new T, fromCopy bool) ([]clientv3.Cmp, []clientv3.Op, error)
 
 type updateSpec[T object] struct {
 	codec   codec[T]
@@ -82,34 +90,83 @@ const (
 // that does not decode (DATA_LOSS) ends the loop without success. A
 // conflict never does.
 func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error) {
+	ctx, span := s.tracer.Start(ctx, "store.update", trace.WithAttributes(
+		attribute.String("shoal.kind", u.codec.kind), attribute.String("shoal.key", u.key)))
+	var st updateStats
+	obj, err := updateLoop(ctx, s, u, &st)
+	span.SetAttributes(attribute.Int("shoal.update.attempts", st.attempts), attribute.Int("shoal.update.conflicts", st.conflicts),
+		attribute.Int("shoal.update.identical_byte_commits", st.identical), attribute.Bool("shoal.update.fenced", st.fenced))
+	if err != nil {
+		span.SetStatus(codes.Error, "update failed")
+		span.RecordError(errors.New(errorClass(err)))
+	}
+	span.End()
+	return obj, err
+}
+
+// updateStats is what one update went through, for its span.
+type updateStats struct {
+	attempts, conflicts, identical int
+	fenced                         bool
+}
+
+func updateLoop[T object](ctx context.Context, s *Store, u updateSpec[T], st *updateStats) (T, error) {
 	var zero T
 	cur, raw, rev := zero, []byte(nil), int64(0)
+	// fromCache: the state is the watch cache's (or this node's own last
+	// write), not yet confirmed by etcd. Only a Txn may act on it (its
+	// compares make a stale start a conflict); any other outcome, an
+	// error or a no-op, is decided again from a fresh read.
+	fromCache := false
+	if u.start == nil {
+		if k := kindOf(s, u.codec); k != nil {
+			u.start, fromCache = k.startFor(u.key)
+		}
+	}
 	if u.start != nil {
 		cur, raw, rev = u.start.obj, u.start.raw, u.start.rev
 	}
 	intentSeen, intentUID := false, ""
-	// A deletion-protocol write (deleting) ignores the intent, so a cached
-	// start needs no read; an ordinary write must see whether one exists.
-	if u.start == nil || (u.intent != "" && !u.deleting) {
+	read := func() error {
 		ops := []clientv3.Op{clientv3.OpGet(u.key)}
 		if u.intent != "" {
 			ops = append(ops, clientv3.OpGet(u.intent))
 		}
 		resp, err := s.c.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			return zero, etcdErr(ctx, err)
+			return etcdErr(ctx, err)
 		}
+		cur, raw, rev = zero, nil, 0
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
 			if cur, err = u.codec.decode(kvs[0]); err != nil {
-				return zero, err
+				return err
 			}
 			raw, rev = kvs[0].Value, kvs[0].ModRevision
 		}
+		intentSeen, intentUID = false, ""
 		if u.intent != "" {
 			if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
 				intentSeen, intentUID = true, string(kvs[0].Value)
 			}
 		}
+		return nil
+	}
+	// A deletion-protocol write (deleting) ignores the intent, so a start
+	// given by its caller needs no read; an ordinary write must see whether
+	// one exists (from the cache it assumes none: the Txn compares it).
+	if u.start == nil || (u.intent != "" && !u.deleting && !fromCache) {
+		if err := read(); err != nil {
+			return zero, err
+		}
+	}
+	// decide ends the loop without a write: from cached state, it reads
+	// and tries again instead (retry true).
+	decide := func() (retry bool, err error) {
+		if !fromCache {
+			return false, nil
+		}
+		fromCache = false
+		return true, read()
 	}
 
 	for attempt := 0; ; attempt++ {
@@ -121,33 +178,43 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 			}
 			return zero, shoal.FailedPrecondition("%s %q is being deleted", u.codec.kind, lastSegment(u.key))
 		}
+		var pending error // an outcome without a write, if it stands
 		if cur == zero && u.pre.set() {
-			return zero, shoal.NotFound("%s %q not found", u.codec.kind, lastSegment(u.key))
+			pending = shoal.NotFound("%s %q not found", u.codec.kind, lastSegment(u.key))
+		} else if cur != zero {
+			pending = u.pre.check(u.codec.kind, cur.GetMeta())
 		}
-		if cur != zero {
-			if err := u.pre.check(u.codec.kind, cur.GetMeta()); err != nil {
-				return zero, err
-			}
-		}
-		var in T
-		if cur != zero {
-			in = clone(cur)
-		}
-		next, err := u.mutate(in)
-		if err != nil {
-			return zero, err
-		}
+		var next T
 		var val []byte
-		switch {
-		case cur == zero && next == zero:
-			return zero, nil
-		case next != zero:
-			if val, err = u.codec.encode(next); err != nil {
+		noop := false
+		if pending == nil {
+			var in T
+			if cur != zero {
+				in = clone(cur)
+			}
+			next, pending = u.mutate(in)
+		}
+		if pending == nil {
+			switch {
+			case cur == zero && next == zero:
+				noop = true
+			case next != zero:
+				val, pending = u.codec.encode(next)
+				// A mutation that changes nothing writes nothing.
+				noop = pending == nil && cur != zero && bytes.Equal(val, raw)
+			}
+		}
+		if pending != nil || noop {
+			retry, err := decide()
+			switch {
+			case err != nil:
 				return zero, err
+			case retry:
+				continue
+			case pending != nil:
+				return zero, pending
 			}
-			if cur != zero && bytes.Equal(val, raw) {
-				return cur, nil // a mutation that changes nothing writes nothing
-			}
+			return cur, nil
 		}
 
 		var ops []clientv3.Op
@@ -158,8 +225,13 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 		}
 		var extra []clientv3.Cmp
 		if u.related != nil {
-			rc, ro, err := u.related(ctx, cur, next)
+			rc, ro, err := u.related(ctx, cur, next, attempt == 0)
 			if err != nil {
+				if retry, rerr := decide(); rerr != nil {
+					return zero, rerr
+				} else if retry {
+					continue
+				}
 				return zero, err
 			}
 			extra = append(extra, rc...)
@@ -167,6 +239,11 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 		}
 		if u.fence != nil {
 			extra = append(extra, u.fence.cmp())
+		}
+		if u.pre.ResourceVersion != 0 {
+			// The same-bytes fallback below must not commit over a
+			// rewrite the caller's version predates.
+			extra = append(extra, clientv3.Compare(clientv3.ModRevision(u.key), "=", u.pre.ResourceVersion))
 		}
 		if u.intent != "" && !u.deleting && cur != zero {
 			extra = append(extra, clientv3.Compare(clientv3.CreateRevision(u.intent), "=", 0))
@@ -204,12 +281,28 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 			return zero, etcdErr(ctx, err)
 		}
 		committedAt := resp.Header.Revision
+		firstWon := resp.Succeeded
 		if !resp.Succeeded {
 			resp = (*clientv3.TxnResponse)(resp.Responses[0].GetResponseTxn())
+		}
+		s.metrics.UpdateAttempt(u.codec.kind, !resp.Succeeded, !firstWon && resp.Succeeded)
+		st.attempts++
+		if !resp.Succeeded {
+			st.conflicts++
+		} else if !firstWon {
+			st.identical++
 		}
 		if resp.Succeeded {
 			if u.committed != nil {
 				*u.committed = committedAt
+			}
+			if k := kindOf(s, u.codec); k != nil {
+				var mine T
+				if next != zero {
+					mine = clone(next)
+					mine.GetMeta().ResourceVersion = committedAt
+				}
+				k.wrote(u.key, mine, val, committedAt)
 			}
 			if u.fence != nil {
 				s.applied("update", u.key, u.fence, committedAt)
@@ -221,9 +314,12 @@ func update[T object](ctx context.Context, s *Store, u updateSpec[T]) (T, error)
 			return next, nil
 		}
 
+		fromCache = false // the Else branch read the state
 		if u.fence != nil {
 			fk := resp.Responses[1].GetResponseRange().GetKvs()
 			if len(fk) == 0 || fk[0].CreateRevision != u.fence.Revision {
+				s.metrics.FencedRejection()
+				st.fenced = true
 				return zero, ErrFenced
 			}
 		}
@@ -276,4 +372,27 @@ func etcdErr(ctx context.Context, err error) error {
 		return ctxErr(ctx)
 	}
 	return shoal.Unavailable("etcd: %v", err)
+}
+
+// errorClass names an update's failure for its span without its message
+// (which may name objects, never values, but is not needed there).
+func errorClass(err error) string {
+	switch shoal.KindOf(err) {
+	case shoal.KindNotFound:
+		return "not found"
+	case shoal.KindAlreadyExists:
+		return "already exists"
+	case shoal.KindFailedPrecondition, shoal.KindConflict:
+		return "failed precondition"
+	case shoal.KindInvalid:
+		return "invalid"
+	case shoal.KindUnavailable:
+		return "unavailable"
+	case shoal.KindDataLoss:
+		return "data loss"
+	}
+	if errors.Is(err, ErrFenced) {
+		return "fenced"
+	}
+	return "error"
 }

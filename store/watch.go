@@ -19,6 +19,8 @@ type Event[T any] struct {
 	Object   T
 	Revision int64
 	Err      error
+
+	key string // the record's etcd key (the watch cache filters by it)
 }
 
 // WatchSandboxes streams sandbox changes in a workspace ("" for all), or of
@@ -48,6 +50,11 @@ func (s *Store) WatchProviders(ctx context.Context, fromRev int64) <-chan Event[
 }
 
 func watch[T object](ctx context.Context, s *Store, c codec[T], key string, prefix bool, fromRev int64) <-chan Event[T] {
+	if k := kindOf(s, c); k != nil {
+		if ch, ok := k.serveWatch(ctx, key, prefix, fromRev); ok {
+			return ch
+		}
+	}
 	out := make(chan Event[T], 64)
 	go func() {
 		defer close(out)
@@ -92,26 +99,12 @@ func watch[T object](ctx context.Context, s *Store, c codec[T], key string, pref
 		// SlowWatcherGrace, the watch ends (etcd's first, so nothing more
 		// is queued) with an error that says where to resume.
 		sendLive := func(e Event[T]) bool {
-			select {
-			case out <- e:
-				return true
-			case <-ctx.Done():
-				return false
-			default:
+			sent, slow := sendOrGiveUp(ctx, out, e)
+			if slow {
+				cancel()
+				giveUp(ctx, out, fromRev)
 			}
-			t := time.NewTimer(SlowWatcherGrace)
-			defer t.Stop()
-			select {
-			case out <- e:
-				return true
-			case <-ctx.Done():
-				return false
-			case <-t.C:
-			}
-			cancel()
-			send(Event[T]{Err: shoal.ResourceExhausted("watch ended: its reader fell %d events behind for %s; watch again from resource_version %d",
-				cap(out), SlowWatcherGrace, fromRev)})
-			return false
+			return sent
 		}
 		for wr := range s.c.Watch(wctx, key, opts...) {
 			if err := wr.Err(); err != nil {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
@@ -43,6 +45,11 @@ func (c *Cluster) ID(i int) string { return c.node(i).id }
 // Addr is node i's API address (host:port), reachable from this machine
 // while the node is connected to the network.
 func (c *Cluster) Addr(i int) string { return c.node(i).apiAddr() }
+
+// DebugAddr is node i's net/http/pprof address (host:port).
+func (c *Cluster) DebugAddr(i int) string {
+	return net.JoinHostPort(c.node(i).addr.String(), strconv.Itoa(DebugPort))
+}
 
 // Addrs are the API addresses of the nodes not removed, for a client
 // that spreads its calls or fails over (--endpoint a,b,c).

@@ -33,6 +33,8 @@ const (
 	APIPort        = 7443
 	EtcdClientPort = 2379
 	EtcdPeerPort   = 2380
+	// DebugPort serves net/http/pprof (the soak reads goroutine counts).
+	DebugPort = 6060
 )
 
 // Paths inside each node container.
@@ -389,12 +391,15 @@ func (c *Cluster) args(n *node) []string {
 		"--data-dir", dataMount,
 		"--listen", "0.0.0.0:" + strconv.Itoa(APIPort),
 		"--advertise", n.apiAddr(),
+		"--debug-listen", "0.0.0.0:" + strconv.Itoa(DebugPort),
 		"--docker-host", "unix://" + dockerMount + "/" + socket,
 		"--lease-ttl", c.cfg.LeaseTTL.String(),
 		"--node-ttl", c.cfg.NodeTTL.String(),
 		"--resync", c.cfg.Resync.String(),
 		"--orphan-grace", c.cfg.OrphanGrace.String(),
 		"--log-format", "json",
+		// The hosts' network is private to the run: plaintext on it.
+		"--insecure",
 	}
 	if c.cfg.FenceMargin > 0 {
 		a = append(a, "--fence-margin", c.cfg.FenceMargin.String())

@@ -72,11 +72,39 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 		return err
 	}
 	defer unlock()
-	if err := c.sys.ContainerStart(ctx, n.cid(), container.StartOptions{}); err != nil {
-		return fmt.Errorf("hosts: start node %d (%s): %w", i, n.id, err)
+	if err := c.startContainer(ctx, n); err != nil {
+		return err
 	}
 	n.conn.ResetConnectBackoff()
 	return nil
+}
+
+// startAttempt bounds one start call: the engine (Docker 20.10) has been
+// seen to hang a start of a just-killed container for minutes (a lock in
+// the daemon, moby#28364 and kin) and answer the next call at once.
+const startAttempt = 30 * time.Second
+
+// startContainer starts n's container, retrying a call the engine does not
+// answer within startAttempt until ctx ends; a container found running
+// (an earlier attempt went through after all) is started.
+func (c *Cluster) startContainer(ctx context.Context, n *node) error {
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, startAttempt)
+		err := c.sys.ContainerStart(actx, n.cid(), container.StartOptions{})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if in, ierr := c.sys.ContainerInspect(ctx, n.cid()); ierr == nil && in.State != nil && in.State.Running {
+			return nil
+		}
+		if ctx.Err() != nil || actx.Err() == nil {
+			// The caller's time is up, or the engine answered: an error
+			// it gave is not a hang.
+			return fmt.Errorf("hosts: start node %d (%s): %w", n.index, n.id, err)
+		}
+		c.cfg.Logf("hosts: start node %d (%s): no answer from the engine within %s (attempt %d); trying again", n.index, n.id, startAttempt, attempt)
+	}
 }
 
 // Stop freezes node i's process (docker pause: the cgroup freezer, as

@@ -9,12 +9,14 @@ Usage: deploy/compose/cluster.sh COMMAND
 
 Commands:
   up      start three voter nodes (n1, n2, n3) on a private Docker network,
-          wait until every node serves and the cluster has a leader, and
-          print the endpoints as a last line SHOAL_ENDPOINT=a,b,c (stdout;
-          progress goes to stderr)
+          all mutual TLS (a CA and certificates are made on first up), wait
+          until every node serves and the cluster has a leader, and print
+          SHOAL_TLS_CERT=, SHOAL_TLS_KEY=, SHOAL_TLS_CA= (the admin client
+          certificate) and, as the last line, SHOAL_ENDPOINT=a,b,c (stdout;
+          progress goes to stderr): export them to use the cluster
   down    remove the node containers, every sandbox container the cluster
-          made (by their shoal.dev/cluster label), the network and the
-          nodes' data volumes
+          made (by their shoal.dev/cluster label), the network, the
+          nodes' data volumes and the cluster's certificates
   status  the node containers, the endpoints and `shoal cluster status`
   logs    the nodes' logs (arguments go to docker-compose logs: -f, n2, ...)
 
@@ -24,6 +26,8 @@ Environment:
   SHOAL_CLUSTER_PORT     API port of n1 on 127.0.0.1 (default: 7451); n2 and
                          n3 take the next two
   SHOAL_CLUSTER_TIMEOUT  seconds `up` waits for the cluster (default: 90)
+  SHOAL_CLUSTER_TLS      1 (default): mutual TLS everywhere; 0: plaintext on the
+                         private network (read by `up` only)
   SHOAL_NODE_TTL, SHOAL_LEASE_TTL, SHOAL_FENCE_MARGIN, SHOAL_LOG_LEVEL
                          the nodes' --node-ttl, --lease-ttl, --fence-margin
                          and --log-level (defaults: 10s, 10s, 0s = one TTL,
@@ -54,6 +58,26 @@ nodes=(n1 n2 n3)
 # any more (all stopped, or no quorum).
 state_dir=${XDG_STATE_HOME:-$HOME/.local/state}/shoal/compose
 state_file=$state_dir/$project.cluster-id
+# The cluster's CA and certificates (shoal certs init), made by `up` if
+# absent and removed by `down`: admin.crt/.key is the client certificate
+# `up` prints for you.
+pki_dir=$state_dir/$project-pki
+export SHOAL_PKI_DIR=$pki_dir
+# SHOAL_CLUSTER_TLS=0 runs the same cluster in plaintext (--insecure on its
+# private network): what `up` then prints is the endpoints only.
+tls=${SHOAL_CLUSTER_TLS:-1}
+[[ $tls == 0 || $tls == 1 ]] || die "SHOAL_CLUSTER_TLS=$tls: use 1 (mutual TLS, the default) or 0 (plaintext)"
+if [ "$tls" = 1 ]; then
+	export SHOAL_ETCD_SCHEME=https SHOAL_INSECURE=false SHOAL_TLS_CA_IN=/etc/shoal/pki/ca.crt
+	for n in n1 n2 n3; do
+		export "SHOAL_TLS_CERT_${n^^}=/etc/shoal/pki/$n.crt" "SHOAL_TLS_KEY_${n^^}=/etc/shoal/pki/$n.key"
+	done
+else
+	export SHOAL_ETCD_SCHEME=http SHOAL_INSECURE=true SHOAL_TLS_CA_IN=
+	for n in n1 n2 n3; do
+		export "SHOAL_TLS_CERT_${n^^}=" "SHOAL_TLS_KEY_${n^^}="
+	done
+fi
 
 [[ $project =~ ^[a-z0-9][a-z0-9_-]*$ ]] || die "SHOAL_CLUSTER=$project: use lower-case letters, digits, '-' and '_' (a compose project name)"
 if ! [[ $port =~ ^[0-9]+$ ]] || ((port < 1 || port > 65533)); then
@@ -113,7 +137,19 @@ up() {
 		docker image inspect "$img" >/dev/null 2>&1 ||
 			die "image $img is missing on this engine; build it with: make image node-image (or run make cluster)"
 	done
-	say "starting cluster $project (API on $endpoints)"
+	if [ ! -s "$pki_dir/ca.crt" ]; then
+		say "making the cluster's CA and certificates in $pki_dir"
+		mkdir -p "$pki_dir"
+		chmod 700 "$pki_dir"
+		# The node image's own CLI, as the invoking user: the keys are
+		# the user's, 0600.
+		docker run --rm --user "$(id -u):$(id -g)" --network none -v "$pki_dir:/pki" "$node_image" \
+			certs init --dir /pki --nodes n1,n2,n3 >&2 ||
+			die "shoal certs init failed (above)"
+	fi
+	local mode="mutual TLS"
+	[ "$tls" = 1 ] || mode="plaintext"
+	say "starting cluster $project (API on $endpoints, $mode)"
 	compose up --detach --no-build >&2
 
 	local deadline=$((SECONDS + timeout)) n c id status pending=""
@@ -158,7 +194,12 @@ up() {
 	say "cluster $project is up: n1 127.0.0.1:$SHOAL_PORT_N1, n2 127.0.0.1:$SHOAL_PORT_N2, n3 127.0.0.1:$SHOAL_PORT_N3 (cluster id $id)"
 	local down_cmd="make cluster-down"
 	[ "$project" = shoal ] || down_cmd="SHOAL_CLUSTER=$project make cluster-down"
-	say "use it with: export SHOAL_ENDPOINT=$endpoints; remove it with: $down_cmd"
+	say "use it with the exports below (the admin certificate); remove it with: $down_cmd"
+	if [ "$tls" = 1 ]; then
+		echo "SHOAL_TLS_CERT=$pki_dir/admin.crt"
+		echo "SHOAL_TLS_KEY=$pki_dir/admin.key"
+		echo "SHOAL_TLS_CA=$pki_dir/ca.crt"
+	fi
 	echo "SHOAL_ENDPOINT=$endpoints"
 }
 
@@ -198,6 +239,7 @@ down() {
 		done
 	fi
 	rm -f "$state_file"
+	rm -rf "$pki_dir"
 
 	left=$(docker ps -aq --filter "label=com.docker.compose.project=$project")
 	[ -z "$left" ] || die "containers of project $project are left: $left"

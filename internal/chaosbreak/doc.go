@@ -28,4 +28,8 @@
 //	no-capacity          store: a create's placement drops the compare that
 //	                     its capacity slot is free (invariant 13, when
 //	                     concurrent creates race for a node's last slots)
+//	stale-cache          store: the watch cache applies each watch response
+//	                     200 ms late and serves reads without waiting to
+//	                     catch up with etcd's revision (invariant 1: a read
+//	                     after a finished write returns older state)
 package chaosbreak

@@ -301,7 +301,7 @@ func (e *Engine) LogTail(n int) string {
 	if e.dir == "" {
 		return ""
 	}
-	return tail(e.logPath(), n)
+	return Tail(e.logPath(), n)
 }
 
 func (e *Engine) waitPing(ctx context.Context) error {
@@ -427,8 +427,9 @@ func (e *Engine) teardown() error {
 	return errors.Join(errs...)
 }
 
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
+// Tail returns the last n lines of a file (its read error instead, in
+// parentheses): the end of a log for a failure message.
+func Tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Sprintf("(%v)", err)

@@ -4,7 +4,10 @@
 package proc
 
 import (
+	"fmt"
+	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -80,4 +83,26 @@ func (p *Process) Terminate(grace time.Duration) bool {
 		p.Kill()
 		return false
 	}
+}
+
+// Stopped reports whether every thread of the process is stopped now (a
+// SIGSTOP is delivered asynchronously: until then its threads run on).
+func (p *Process) Stopped() bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", p.Pid()))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, t := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", p.Pid(), t.Name()))
+		if err != nil {
+			return false
+		}
+		// pid (comm) STATE ...: comm may hold spaces and parentheses.
+		s := string(stat)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 || i+2 >= len(s) || (s[i+2] != 'T' && s[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }

@@ -26,6 +26,7 @@ import (
 	"shoal/chaos/tcpproxy"
 	"shoal/docker"
 	"shoal/embedetcd"
+	"shoal/internal/engine"
 	"shoal/internal/proc"
 )
 
@@ -383,7 +384,7 @@ func (c *Cluster) Shutdown(i int) {
 	if !p.Terminate(30 * time.Second) {
 		c.t.Errorf("node %d (%s) did not stop within 30s of SIGTERM; killed it", i, c.ID(i))
 	} else if p.Err() != nil {
-		c.t.Errorf("node %d (%s) exited with %v on SIGTERM; log:\n%s", i, c.ID(i), p.Err(), tail(c.LogPath(i), 20))
+		c.t.Errorf("node %d (%s) exited with %v on SIGTERM; log:\n%s", i, c.ID(i), p.Err(), engine.Tail(c.LogPath(i), 20))
 	}
 	c.node(i).setProc(nil)
 }
@@ -392,7 +393,11 @@ func (c *Cluster) Shutdown(i int) {
 // nothing, as a hung host does. Resume undoes it.
 func (c *Cluster) Stop(i int) {
 	c.t.Helper()
-	c.running(i).Signal(syscall.SIGSTOP)
+	p := c.running(i)
+	p.Signal(syscall.SIGSTOP)
+	// The signal is delivered asynchronously: until every thread has
+	// stopped, the node may still answer a call.
+	Eventually(c.t, 10*time.Second, fmt.Sprintf("node %d's threads all stopped", i), func() (bool, error) { return p.Stopped(), nil })
 	c.t.Logf("testenv: stopped node %d (%s)", i, c.ID(i))
 }
 
@@ -469,7 +474,7 @@ func (c *Cluster) WaitReady(i int) {
 			c.t.Fatalf("node %d (%s) is not running", i, n.id)
 		}
 		if p.Exited() {
-			c.t.Fatalf("node %d (%s) exited: %v; log:\n%s", i, n.id, p.Err(), tail(c.LogPath(i), 30))
+			c.t.Fatalf("node %d (%s) exited: %v; log:\n%s", i, n.id, p.Err(), engine.Tail(c.LogPath(i), 30))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_, lastErr = c.Client(i).ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageSize: 1})
@@ -478,7 +483,7 @@ func (c *Cluster) WaitReady(i int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("node %d (%s) did not serve within a minute: %v; log:\n%s", i, n.id, lastErr, tail(c.LogPath(i), 30))
+			c.t.Fatalf("node %d (%s) did not serve within a minute: %v; log:\n%s", i, n.id, lastErr, engine.Tail(c.LogPath(i), 30))
 		}
 		select {
 		case <-p.Done():
@@ -618,7 +623,7 @@ func (c *Cluster) shutdownNow() {
 	c.t.Logf("testenv: nodes stopped in %s", time.Since(t0).Round(time.Millisecond))
 	if c.t.Failed() {
 		for i, n := range c.nodes {
-			c.t.Logf("node %d (%s): last lines of %s:\n%s", i, n.id, c.LogPath(i), tail(c.LogPath(i), 40))
+			c.t.Logf("node %d (%s): last lines of %s:\n%s", i, n.id, c.LogPath(i), engine.Tail(c.LogPath(i), 40))
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -2,9 +2,7 @@ package testenv
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 
@@ -103,17 +101,4 @@ func stopEngine(t testing.TB, e *Engine) {
 	if err := e.Close(context.Background()); err != nil {
 		t.Logf("cleanup: %v", err)
 	}
-}
-
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Sprintf("(%v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

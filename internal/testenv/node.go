@@ -13,7 +13,6 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/docker"
@@ -138,7 +137,12 @@ func StartNodes(t testing.TB, cfgs ...node.Config) []*Node {
 		case <-deadline:
 			t.Fatalf("node %s did not serve within 90s", n.Config.ID)
 		}
-		conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// A TLS node is dialed with its own certificate (role node).
+		tr, err := n.Config.TLS.Transport()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(tr.DialCreds()))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,24 +2,24 @@ package testenv
 
 import (
 	"fmt"
-	"net"
 	"path/filepath"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"shoal/embedetcd"
+	"shoal/internal/freeport"
 )
 
-// FreePort returns a loopback port nobody listens on right now.
+// FreePort returns a loopback port nobody listens on right now, outside
+// the kernel's ephemeral range (package freeport).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freeport.Get()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // EtcdConfig returns an embedded etcd config on free loopback ports.

@@ -313,9 +313,11 @@ func (x *ObjectMeta) GetDeletionTimestamp() *timestamppb.Timestamp {
 
 type Resources struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// CPU in millicores (1000 = one core). 0 means no limit.
+	// CPU in millicores (1000 = one core). 0: the node's default
+	// (--sandbox-cpu, one core unless set).
 	CpuMillis int64 `protobuf:"varint,1,opt,name=cpu_millis,json=cpuMillis,proto3" json:"cpu_millis,omitempty"`
-	// Memory in bytes. 0 means no limit.
+	// Memory in bytes. 0: the node's default (--sandbox-memory, 1 GiB unless
+	// set). A node refuses more than its --sandbox-max-cpu/-memory.
 	MemoryBytes   int64 `protobuf:"varint,2,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -379,7 +381,10 @@ type SandboxSpec struct {
 	// observed to run.
 	Node string `protobuf:"bytes,6,opt,name=node,proto3" json:"node,omitempty"`
 	// On create: only nodes whose labels include all of these are chosen.
-	NodeSelector  map[string]string `protobuf:"bytes,7,rep,name=node_selector,json=nodeSelector,proto3" json:"node_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	NodeSelector map[string]string `protobuf:"bytes,7,rep,name=node_selector,json=nodeSelector,proto3" json:"node_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The container's root filesystem is read-only (a tmpfs /tmp stays
+	// writable).
+	ReadOnlyRoot  bool `protobuf:"varint,8,opt,name=read_only_root,json=readOnlyRoot,proto3" json:"read_only_root,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -461,6 +466,13 @@ func (x *SandboxSpec) GetNodeSelector() map[string]string {
 		return x.NodeSelector
 	}
 	return nil
+}
+
+func (x *SandboxSpec) GetReadOnlyRoot() bool {
+	if x != nil {
+		return x.ReadOnlyRoot
+	}
+	return false
 }
 
 type Condition struct {
@@ -3316,6 +3328,122 @@ func (*SnapshotRequest) Descriptor() ([]byte, []int) {
 	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{49}
 }
 
+type RotateEncryptionKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this workspace; empty: all.
+	Workspace     string `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateEncryptionKeyRequest) Reset() {
+	*x = RotateEncryptionKeyRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateEncryptionKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateEncryptionKeyRequest) ProtoMessage() {}
+
+func (x *RotateEncryptionKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateEncryptionKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateEncryptionKeyRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *RotateEncryptionKeyRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+type RotateEncryptionKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key everything is now encrypted with.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Providers rewritten, and providers already under the key.
+	Rewritten int32 `protobuf:"varint,2,opt,name=rewritten,proto3" json:"rewritten,omitempty"`
+	Current   int32 `protobuf:"varint,3,opt,name=current,proto3" json:"current,omitempty"`
+	// Providers that could not be rotated, as "workspace/name: reason".
+	Failed        []string `protobuf:"bytes,4,rep,name=failed,proto3" json:"failed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateEncryptionKeyResponse) Reset() {
+	*x = RotateEncryptionKeyResponse{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateEncryptionKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateEncryptionKeyResponse) ProtoMessage() {}
+
+func (x *RotateEncryptionKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateEncryptionKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateEncryptionKeyResponse) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RotateEncryptionKeyResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RotateEncryptionKeyResponse) GetRewritten() int32 {
+	if x != nil {
+		return x.Rewritten
+	}
+	return 0
+}
+
+func (x *RotateEncryptionKeyResponse) GetCurrent() int32 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+func (x *RotateEncryptionKeyResponse) GetFailed() []string {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
+}
+
 type SnapshotChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
@@ -3325,7 +3453,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3465,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3478,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{50}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -3385,7 +3513,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\tResources\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\x03R\tcpuMillis\x12!\n" +
-	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\"\x9b\x03\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\"\xc1\x03\n" +
 	"\vSandboxSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x120\n" +
@@ -3393,7 +3521,8 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\tproviders\x18\x04 \x03(\tR\tproviders\x121\n" +
 	"\tresources\x18\x05 \x01(\v2\x13.shoal.v1.ResourcesR\tresources\x12\x12\n" +
 	"\x04node\x18\x06 \x01(\tR\x04node\x12L\n" +
-	"\rnode_selector\x18\a \x03(\v2'.shoal.v1.SandboxSpec.NodeSelectorEntryR\fnodeSelector\x1a6\n" +
+	"\rnode_selector\x18\a \x03(\v2'.shoal.v1.SandboxSpec.NodeSelectorEntryR\fnodeSelector\x12$\n" +
+	"\x0eread_only_root\x18\b \x01(\bR\freadOnlyRoot\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
@@ -3613,7 +3742,14 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"*\n" +
 	"\x14PromoteMemberRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x11\n" +
-	"\x0fSnapshotRequest\"#\n" +
+	"\x0fSnapshotRequest\":\n" +
+	"\x1aRotateEncryptionKeyRequest\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\"\x7f\n" +
+	"\x1bRotateEncryptionKeyResponse\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1c\n" +
+	"\trewritten\x18\x02 \x01(\x05R\trewritten\x12\x18\n" +
+	"\acurrent\x18\x03 \x01(\x05R\acurrent\x12\x16\n" +
+	"\x06failed\x18\x04 \x03(\tR\x06failed\"#\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data*\x89\x01\n" +
 	"\fSandboxPhase\x12\x1d\n" +
@@ -3657,7 +3793,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\vGetProvider\x12\x1c.shoal.v1.GetProviderRequest\x1a\x12.shoal.v1.Provider\x12P\n" +
 	"\rListProviders\x12\x1e.shoal.v1.ListProvidersRequest\x1a\x1f.shoal.v1.ListProvidersResponse\x12E\n" +
 	"\x0eUpdateProvider\x12\x1f.shoal.v1.UpdateProviderRequest\x1a\x12.shoal.v1.Provider\x12S\n" +
-	"\x0eDeleteProvider\x12\x1f.shoal.v1.DeleteProviderRequest\x1a .shoal.v1.DeleteProviderResponse2\x83\x06\n" +
+	"\x0eDeleteProvider\x12\x1f.shoal.v1.DeleteProviderRequest\x1a .shoal.v1.DeleteProviderResponse2\xe7\x06\n" +
 	"\aCluster\x12D\n" +
 	"\tListNodes\x12\x1a.shoal.v1.ListNodesRequest\x1a\x1b.shoal.v1.ListNodesResponse\x123\n" +
 	"\aGetNode\x12\x18.shoal.v1.GetNodeRequest\x1a\x0e.shoal.v1.Node\x129\n" +
@@ -3671,7 +3807,8 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\tAddMember\x12\x1a.shoal.v1.AddMemberRequest\x1a\x1b.shoal.v1.AddMemberResponse\x12L\n" +
 	"\fRemoveMember\x12\x1d.shoal.v1.RemoveMemberRequest\x1a\x1d.shoal.v1.ListMembersResponse\x12N\n" +
 	"\rPromoteMember\x12\x1e.shoal.v1.PromoteMemberRequest\x1a\x1d.shoal.v1.ListMembersResponse\x12@\n" +
-	"\bSnapshot\x12\x19.shoal.v1.SnapshotRequest\x1a\x17.shoal.v1.SnapshotChunk0\x01B\x1cZ\x1ashoal/api/shoal/v1;shoalv1b\x06proto3"
+	"\bSnapshot\x12\x19.shoal.v1.SnapshotRequest\x1a\x17.shoal.v1.SnapshotChunk0\x01\x12b\n" +
+	"\x13RotateEncryptionKey\x12$.shoal.v1.RotateEncryptionKeyRequest\x1a%.shoal.v1.RotateEncryptionKeyResponseB\x1cZ\x1ashoal/api/shoal/v1;shoalv1b\x06proto3"
 
 var (
 	file_shoal_v1_shoal_proto_rawDescOnce sync.Once
@@ -3686,82 +3823,84 @@ func file_shoal_v1_shoal_proto_rawDescGZIP() []byte {
 }
 
 var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_shoal_v1_shoal_proto_goTypes = []any{
-	(SandboxPhase)(0),              // 0: shoal.v1.SandboxPhase
-	(ProviderType)(0),              // 1: shoal.v1.ProviderType
-	(EventType)(0),                 // 2: shoal.v1.EventType
-	(*ObjectMeta)(nil),             // 3: shoal.v1.ObjectMeta
-	(*Resources)(nil),              // 4: shoal.v1.Resources
-	(*SandboxSpec)(nil),            // 5: shoal.v1.SandboxSpec
-	(*Condition)(nil),              // 6: shoal.v1.Condition
-	(*SandboxStatus)(nil),          // 7: shoal.v1.SandboxStatus
-	(*Sandbox)(nil),                // 8: shoal.v1.Sandbox
-	(*Provider)(nil),               // 9: shoal.v1.Provider
-	(*Preconditions)(nil),          // 10: shoal.v1.Preconditions
-	(*CreateSandboxRequest)(nil),   // 11: shoal.v1.CreateSandboxRequest
-	(*GetSandboxRequest)(nil),      // 12: shoal.v1.GetSandboxRequest
-	(*ListSandboxesRequest)(nil),   // 13: shoal.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),  // 14: shoal.v1.ListSandboxesResponse
-	(*UpdateSandboxRequest)(nil),   // 15: shoal.v1.UpdateSandboxRequest
-	(*DeleteSandboxRequest)(nil),   // 16: shoal.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),  // 17: shoal.v1.DeleteSandboxResponse
-	(*WatchSandboxesRequest)(nil),  // 18: shoal.v1.WatchSandboxesRequest
-	(*WatchEvent)(nil),             // 19: shoal.v1.WatchEvent
-	(*ExecRequest)(nil),            // 20: shoal.v1.ExecRequest
-	(*ExecChunk)(nil),              // 21: shoal.v1.ExecChunk
-	(*LogsRequest)(nil),            // 22: shoal.v1.LogsRequest
-	(*LogsChunk)(nil),              // 23: shoal.v1.LogsChunk
-	(*AttachProviderRequest)(nil),  // 24: shoal.v1.AttachProviderRequest
-	(*DetachProviderRequest)(nil),  // 25: shoal.v1.DetachProviderRequest
-	(*CreateProviderRequest)(nil),  // 26: shoal.v1.CreateProviderRequest
-	(*GetProviderRequest)(nil),     // 27: shoal.v1.GetProviderRequest
-	(*ListProvidersRequest)(nil),   // 28: shoal.v1.ListProvidersRequest
-	(*ListProvidersResponse)(nil),  // 29: shoal.v1.ListProvidersResponse
-	(*UpdateProviderRequest)(nil),  // 30: shoal.v1.UpdateProviderRequest
-	(*DeleteProviderRequest)(nil),  // 31: shoal.v1.DeleteProviderRequest
-	(*DeleteProviderResponse)(nil), // 32: shoal.v1.DeleteProviderResponse
-	(*Node)(nil),                   // 33: shoal.v1.Node
-	(*NodeStatus)(nil),             // 34: shoal.v1.NodeStatus
-	(*ListNodesRequest)(nil),       // 35: shoal.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),      // 36: shoal.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),         // 37: shoal.v1.GetNodeRequest
-	(*CordonNodeRequest)(nil),      // 38: shoal.v1.CordonNodeRequest
-	(*RemoveNodeRequest)(nil),      // 39: shoal.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),     // 40: shoal.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),       // 41: shoal.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),      // 42: shoal.v1.DrainNodeResponse
-	(*ClusterStatusRequest)(nil),   // 43: shoal.v1.ClusterStatusRequest
-	(*Member)(nil),                 // 44: shoal.v1.Member
-	(*ClusterStatus)(nil),          // 45: shoal.v1.ClusterStatus
-	(*ListMembersRequest)(nil),     // 46: shoal.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),    // 47: shoal.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),       // 48: shoal.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),      // 49: shoal.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),    // 50: shoal.v1.RemoveMemberRequest
-	(*PromoteMemberRequest)(nil),   // 51: shoal.v1.PromoteMemberRequest
-	(*SnapshotRequest)(nil),        // 52: shoal.v1.SnapshotRequest
-	(*SnapshotChunk)(nil),          // 53: shoal.v1.SnapshotChunk
-	nil,                            // 54: shoal.v1.ObjectMeta.LabelsEntry
-	nil,                            // 55: shoal.v1.ObjectMeta.AnnotationsEntry
-	nil,                            // 56: shoal.v1.SandboxSpec.EnvEntry
-	nil,                            // 57: shoal.v1.SandboxSpec.NodeSelectorEntry
-	nil,                            // 58: shoal.v1.Provider.CredentialsEntry
-	nil,                            // 59: shoal.v1.Provider.ConfigEntry
-	nil,                            // 60: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	nil,                            // 61: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	nil,                            // 62: shoal.v1.Node.LabelsEntry
-	(*timestamppb.Timestamp)(nil),  // 63: google.protobuf.Timestamp
+	(SandboxPhase)(0),                   // 0: shoal.v1.SandboxPhase
+	(ProviderType)(0),                   // 1: shoal.v1.ProviderType
+	(EventType)(0),                      // 2: shoal.v1.EventType
+	(*ObjectMeta)(nil),                  // 3: shoal.v1.ObjectMeta
+	(*Resources)(nil),                   // 4: shoal.v1.Resources
+	(*SandboxSpec)(nil),                 // 5: shoal.v1.SandboxSpec
+	(*Condition)(nil),                   // 6: shoal.v1.Condition
+	(*SandboxStatus)(nil),               // 7: shoal.v1.SandboxStatus
+	(*Sandbox)(nil),                     // 8: shoal.v1.Sandbox
+	(*Provider)(nil),                    // 9: shoal.v1.Provider
+	(*Preconditions)(nil),               // 10: shoal.v1.Preconditions
+	(*CreateSandboxRequest)(nil),        // 11: shoal.v1.CreateSandboxRequest
+	(*GetSandboxRequest)(nil),           // 12: shoal.v1.GetSandboxRequest
+	(*ListSandboxesRequest)(nil),        // 13: shoal.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 14: shoal.v1.ListSandboxesResponse
+	(*UpdateSandboxRequest)(nil),        // 15: shoal.v1.UpdateSandboxRequest
+	(*DeleteSandboxRequest)(nil),        // 16: shoal.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 17: shoal.v1.DeleteSandboxResponse
+	(*WatchSandboxesRequest)(nil),       // 18: shoal.v1.WatchSandboxesRequest
+	(*WatchEvent)(nil),                  // 19: shoal.v1.WatchEvent
+	(*ExecRequest)(nil),                 // 20: shoal.v1.ExecRequest
+	(*ExecChunk)(nil),                   // 21: shoal.v1.ExecChunk
+	(*LogsRequest)(nil),                 // 22: shoal.v1.LogsRequest
+	(*LogsChunk)(nil),                   // 23: shoal.v1.LogsChunk
+	(*AttachProviderRequest)(nil),       // 24: shoal.v1.AttachProviderRequest
+	(*DetachProviderRequest)(nil),       // 25: shoal.v1.DetachProviderRequest
+	(*CreateProviderRequest)(nil),       // 26: shoal.v1.CreateProviderRequest
+	(*GetProviderRequest)(nil),          // 27: shoal.v1.GetProviderRequest
+	(*ListProvidersRequest)(nil),        // 28: shoal.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil),       // 29: shoal.v1.ListProvidersResponse
+	(*UpdateProviderRequest)(nil),       // 30: shoal.v1.UpdateProviderRequest
+	(*DeleteProviderRequest)(nil),       // 31: shoal.v1.DeleteProviderRequest
+	(*DeleteProviderResponse)(nil),      // 32: shoal.v1.DeleteProviderResponse
+	(*Node)(nil),                        // 33: shoal.v1.Node
+	(*NodeStatus)(nil),                  // 34: shoal.v1.NodeStatus
+	(*ListNodesRequest)(nil),            // 35: shoal.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 36: shoal.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),              // 37: shoal.v1.GetNodeRequest
+	(*CordonNodeRequest)(nil),           // 38: shoal.v1.CordonNodeRequest
+	(*RemoveNodeRequest)(nil),           // 39: shoal.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 40: shoal.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),            // 41: shoal.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),           // 42: shoal.v1.DrainNodeResponse
+	(*ClusterStatusRequest)(nil),        // 43: shoal.v1.ClusterStatusRequest
+	(*Member)(nil),                      // 44: shoal.v1.Member
+	(*ClusterStatus)(nil),               // 45: shoal.v1.ClusterStatus
+	(*ListMembersRequest)(nil),          // 46: shoal.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),         // 47: shoal.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),            // 48: shoal.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),           // 49: shoal.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),         // 50: shoal.v1.RemoveMemberRequest
+	(*PromoteMemberRequest)(nil),        // 51: shoal.v1.PromoteMemberRequest
+	(*SnapshotRequest)(nil),             // 52: shoal.v1.SnapshotRequest
+	(*RotateEncryptionKeyRequest)(nil),  // 53: shoal.v1.RotateEncryptionKeyRequest
+	(*RotateEncryptionKeyResponse)(nil), // 54: shoal.v1.RotateEncryptionKeyResponse
+	(*SnapshotChunk)(nil),               // 55: shoal.v1.SnapshotChunk
+	nil,                                 // 56: shoal.v1.ObjectMeta.LabelsEntry
+	nil,                                 // 57: shoal.v1.ObjectMeta.AnnotationsEntry
+	nil,                                 // 58: shoal.v1.SandboxSpec.EnvEntry
+	nil,                                 // 59: shoal.v1.SandboxSpec.NodeSelectorEntry
+	nil,                                 // 60: shoal.v1.Provider.CredentialsEntry
+	nil,                                 // 61: shoal.v1.Provider.ConfigEntry
+	nil,                                 // 62: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	nil,                                 // 63: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	nil,                                 // 64: shoal.v1.Node.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 65: google.protobuf.Timestamp
 }
 var file_shoal_v1_shoal_proto_depIdxs = []int32{
-	54, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
-	55, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
-	63, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
-	63, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	56, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
+	56, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
+	57, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
+	65, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
+	65, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	58, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
 	4,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
-	57, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
-	63, // 7: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	59, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
+	65, // 7: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	0,  // 8: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
 	6,  // 9: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
 	3,  // 10: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
@@ -3769,12 +3908,12 @@ var file_shoal_v1_shoal_proto_depIdxs = []int32{
 	7,  // 12: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
 	3,  // 13: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
 	1,  // 14: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
-	58, // 15: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
-	59, // 16: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
+	60, // 15: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
+	61, // 16: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
 	8,  // 17: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
 	8,  // 18: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
-	60, // 19: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	61, // 20: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	62, // 19: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	63, // 20: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
 	10, // 21: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
 	8,  // 22: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
 	2,  // 23: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
@@ -3784,14 +3923,14 @@ var file_shoal_v1_shoal_proto_depIdxs = []int32{
 	9,  // 27: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
 	10, // 28: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
 	9,  // 29: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
-	62, // 30: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
-	63, // 31: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
+	64, // 30: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
+	65, // 31: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
 	34, // 32: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
-	63, // 33: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	65, // 33: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
 	33, // 34: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
 	33, // 35: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
 	44, // 36: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
-	63, // 37: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
+	65, // 37: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
 	44, // 38: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
 	44, // 39: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
 	11, // 40: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
@@ -3820,34 +3959,36 @@ var file_shoal_v1_shoal_proto_depIdxs = []int32{
 	50, // 63: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
 	51, // 64: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
 	52, // 65: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
-	8,  // 66: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
-	8,  // 67: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
-	14, // 68: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
-	8,  // 69: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
-	17, // 70: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
-	19, // 71: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	21, // 72: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
-	23, // 73: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
-	8,  // 74: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
-	8,  // 75: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
-	9,  // 76: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
-	9,  // 77: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
-	29, // 78: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
-	9,  // 79: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
-	32, // 80: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
-	36, // 81: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
-	33, // 82: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
-	33, // 83: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
-	40, // 84: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
-	42, // 85: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
-	45, // 86: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
-	47, // 87: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
-	49, // 88: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
-	47, // 89: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
-	47, // 90: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
-	53, // 91: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
-	66, // [66:92] is the sub-list for method output_type
-	40, // [40:66] is the sub-list for method input_type
+	53, // 66: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
+	8,  // 67: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
+	8,  // 68: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
+	14, // 69: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
+	8,  // 70: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
+	17, // 71: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
+	19, // 72: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
+	21, // 73: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
+	23, // 74: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
+	8,  // 75: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
+	8,  // 76: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
+	9,  // 77: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
+	9,  // 78: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
+	29, // 79: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
+	9,  // 80: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
+	32, // 81: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
+	36, // 82: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
+	33, // 83: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
+	33, // 84: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
+	40, // 85: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
+	42, // 86: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
+	45, // 87: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
+	47, // 88: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
+	49, // 89: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
+	47, // 90: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
+	47, // 91: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
+	55, // 92: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
+	54, // 93: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
+	67, // [67:94] is the sub-list for method output_type
+	40, // [40:67] is the sub-list for method input_type
 	40, // [40:40] is the sub-list for extension type_name
 	40, // [40:40] is the sub-list for extension extendee
 	0,  // [0:40] is the sub-list for field type_name
@@ -3864,7 +4005,7 @@ func file_shoal_v1_shoal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shoal_v1_shoal_proto_rawDesc), len(file_shoal_v1_shoal_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

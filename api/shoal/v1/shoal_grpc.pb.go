@@ -675,17 +675,18 @@ var Shoal_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Cluster_ListNodes_FullMethodName     = "/shoal.v1.Cluster/ListNodes"
-	Cluster_GetNode_FullMethodName       = "/shoal.v1.Cluster/GetNode"
-	Cluster_CordonNode_FullMethodName    = "/shoal.v1.Cluster/CordonNode"
-	Cluster_RemoveNode_FullMethodName    = "/shoal.v1.Cluster/RemoveNode"
-	Cluster_DrainNode_FullMethodName     = "/shoal.v1.Cluster/DrainNode"
-	Cluster_Status_FullMethodName        = "/shoal.v1.Cluster/Status"
-	Cluster_ListMembers_FullMethodName   = "/shoal.v1.Cluster/ListMembers"
-	Cluster_AddMember_FullMethodName     = "/shoal.v1.Cluster/AddMember"
-	Cluster_RemoveMember_FullMethodName  = "/shoal.v1.Cluster/RemoveMember"
-	Cluster_PromoteMember_FullMethodName = "/shoal.v1.Cluster/PromoteMember"
-	Cluster_Snapshot_FullMethodName      = "/shoal.v1.Cluster/Snapshot"
+	Cluster_ListNodes_FullMethodName           = "/shoal.v1.Cluster/ListNodes"
+	Cluster_GetNode_FullMethodName             = "/shoal.v1.Cluster/GetNode"
+	Cluster_CordonNode_FullMethodName          = "/shoal.v1.Cluster/CordonNode"
+	Cluster_RemoveNode_FullMethodName          = "/shoal.v1.Cluster/RemoveNode"
+	Cluster_DrainNode_FullMethodName           = "/shoal.v1.Cluster/DrainNode"
+	Cluster_Status_FullMethodName              = "/shoal.v1.Cluster/Status"
+	Cluster_ListMembers_FullMethodName         = "/shoal.v1.Cluster/ListMembers"
+	Cluster_AddMember_FullMethodName           = "/shoal.v1.Cluster/AddMember"
+	Cluster_RemoveMember_FullMethodName        = "/shoal.v1.Cluster/RemoveMember"
+	Cluster_PromoteMember_FullMethodName       = "/shoal.v1.Cluster/PromoteMember"
+	Cluster_Snapshot_FullMethodName            = "/shoal.v1.Cluster/Snapshot"
+	Cluster_RotateEncryptionKey_FullMethodName = "/shoal.v1.Cluster/RotateEncryptionKey"
 )
 
 // ClusterClient is the client API for Cluster service.
@@ -714,6 +715,12 @@ type ClusterClient interface {
 	PromoteMember(ctx context.Context, in *PromoteMemberRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
 	// An etcd snapshot of the member serving this node, streamed.
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SnapshotChunk], error)
+	// Re-encrypt every provider's credentials under the current key of the
+	// serving node's key ring (and encrypt any stored in plaintext), one
+	// provider at a time through the update loop. Safe under concurrent
+	// writes; a provider already current is not rewritten, so running it
+	// again finishes a rotation that stopped.
+	RotateEncryptionKey(ctx context.Context, in *RotateEncryptionKeyRequest, opts ...grpc.CallOption) (*RotateEncryptionKeyResponse, error)
 }
 
 type clusterClient struct {
@@ -843,6 +850,16 @@ func (c *clusterClient) Snapshot(ctx context.Context, in *SnapshotRequest, opts 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_SnapshotClient = grpc.ServerStreamingClient[SnapshotChunk]
 
+func (c *clusterClient) RotateEncryptionKey(ctx context.Context, in *RotateEncryptionKeyRequest, opts ...grpc.CallOption) (*RotateEncryptionKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateEncryptionKeyResponse)
+	err := c.cc.Invoke(ctx, Cluster_RotateEncryptionKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServer is the server API for Cluster service.
 // All implementations must embed UnimplementedClusterServer
 // for forward compatibility.
@@ -869,6 +886,12 @@ type ClusterServer interface {
 	PromoteMember(context.Context, *PromoteMemberRequest) (*ListMembersResponse, error)
 	// An etcd snapshot of the member serving this node, streamed.
 	Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error
+	// Re-encrypt every provider's credentials under the current key of the
+	// serving node's key ring (and encrypt any stored in plaintext), one
+	// provider at a time through the update loop. Safe under concurrent
+	// writes; a provider already current is not rewritten, so running it
+	// again finishes a rotation that stopped.
+	RotateEncryptionKey(context.Context, *RotateEncryptionKeyRequest) (*RotateEncryptionKeyResponse, error)
 	mustEmbedUnimplementedClusterServer()
 }
 
@@ -911,6 +934,9 @@ func (UnimplementedClusterServer) PromoteMember(context.Context, *PromoteMemberR
 }
 func (UnimplementedClusterServer) Snapshot(*SnapshotRequest, grpc.ServerStreamingServer[SnapshotChunk]) error {
 	return status.Errorf(codes.Unimplemented, "method Snapshot not implemented")
+}
+func (UnimplementedClusterServer) RotateEncryptionKey(context.Context, *RotateEncryptionKeyRequest) (*RotateEncryptionKeyResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RotateEncryptionKey not implemented")
 }
 func (UnimplementedClusterServer) mustEmbedUnimplementedClusterServer() {}
 func (UnimplementedClusterServer) testEmbeddedByValue()                 {}
@@ -1124,6 +1150,24 @@ func _Cluster_Snapshot_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Cluster_SnapshotServer = grpc.ServerStreamingServer[SnapshotChunk]
 
+func _Cluster_RotateEncryptionKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateEncryptionKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServer).RotateEncryptionKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Cluster_RotateEncryptionKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServer).RotateEncryptionKey(ctx, req.(*RotateEncryptionKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Cluster_ServiceDesc is the grpc.ServiceDesc for Cluster service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1170,6 +1214,10 @@ var Cluster_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PromoteMember",
 			Handler:    _Cluster_PromoteMember_Handler,
+		},
+		{
+			MethodName: "RotateEncryptionKey",
+			Handler:    _Cluster_RotateEncryptionKey_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"shoal/scale"
+)
+
+func (a *app) benchCmd() *cli.Command {
+	def := scale.DefaultConfig()
+	growth := make([]string, len(def.Growth))
+	for i, g := range def.Growth {
+		growth[i] = strconv.Itoa(g)
+	}
+	return &cli.Command{
+		Name:  "bench",
+		Usage: "benchmarks that need a fleet (the others are `make bench`)",
+		Subcommands: []*cli.Command{{
+			Name:  "cluster",
+			Usage: "a fleet of hollow nodes on one etcd: create cost, list cost and memory as the records grow, node loss and leader loss",
+			Description: `Starts a real etcd (in this process), --real-nodes real nodes and --hollow-nodes
+hollow nodes (shoal node start --runtime hollow: containers simulated in memory),
+each a process of its own, all on this machine. Creates --sandboxes-per-node
+sandboxes per hollow node through the real nodes with --clients clients, and at
+each --growth record count measures the create p99, the p99 of a paged List of
+everything and the RSS of the node serving the API. Then SIGKILLs a hollow node
+(time until its sandboxes are UNKNOWN) and the leader (time until the new
+leader's term and its first fenced removal). Writes report.json, summary.txt and
+growth.png to --report. Needs a Docker engine for the real nodes.
+
+  shoal bench cluster --hollow-nodes 100 --sandboxes-per-node 100`,
+			Flags: []cli.Flag{
+				&cli.IntFlag{Name: "hollow-nodes", Value: def.HollowNodes, Usage: "`N` hollow nodes"},
+				&cli.IntFlag{Name: "sandboxes-per-node", Value: def.SandboxesPerNode, Usage: "`M` sandboxes per hollow node"},
+				&cli.IntFlag{Name: "real-nodes", Value: def.RealNodes, Usage: "`N` real nodes (the API and the leader)"},
+				&cli.IntFlag{Name: "clients", Value: def.Clients, Usage: "`N` concurrent creating clients"},
+				&cli.StringFlag{Name: "growth", Value: strings.Join(growth, ","), Usage: "record `COUNTS` of the growth curve, comma-separated (the total is always one)"},
+				&cli.DurationFlag{Name: "node-ttl", Value: def.NodeTTL, Usage: "every node's liveness lease `TTL`"},
+				&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "the leader lease `TTL`"},
+				&cli.DurationFlag{Name: "hollow-latency", Value: def.HollowLatency, Usage: "`DURATION` of each simulated container change"},
+				&cli.StringFlag{Name: "report", Value: def.ReportDir, Usage: "write the report to `DIR`"},
+				&cli.BoolFlag{Name: "keep-data", Usage: "keep the run's etcd data and node logs"},
+			},
+			Action: func(c *cli.Context) error {
+				if c.NArg() != 0 {
+					return usageError("bench cluster takes no arguments")
+				}
+				cfg := def
+				cfg.HollowNodes, cfg.SandboxesPerNode = c.Int("hollow-nodes"), c.Int("sandboxes-per-node")
+				cfg.RealNodes, cfg.Clients = c.Int("real-nodes"), c.Int("clients")
+				cfg.NodeTTL, cfg.LeaseTTL, cfg.HollowLatency = c.Duration("node-ttl"), c.Duration("lease-ttl"), c.Duration("hollow-latency")
+				cfg.ReportDir, cfg.KeepData = c.String("report"), c.Bool("keep-data")
+				cfg.Growth = nil
+				for _, f := range strings.Split(c.String("growth"), ",") {
+					if f = strings.TrimSpace(f); f == "" {
+						continue
+					}
+					n, err := strconv.Atoi(f)
+					if err != nil {
+						return usageError("--growth: %q is not a record count", f)
+					}
+					cfg.Growth = append(cfg.Growth, n)
+				}
+				cfg.Log = a.stderr
+				if err := cfg.Validate(); err != nil {
+					return usageError("%v", err)
+				}
+				rep, err := scale.Run(c.Context, cfg)
+				if rep != nil {
+					rep.WriteSummary(a.stdout)
+				}
+				if err != nil {
+					return &exitError{code: ExitError, msg: err.Error()}
+				}
+				fmt.Fprintf(a.stderr, "report in %s\n", cfg.ReportDir)
+				return nil
+			},
+		}},
+	}
+}

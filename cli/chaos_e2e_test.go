@@ -1,0 +1,83 @@
+package cli_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"shoal/cli"
+	"shoal/internal/testenv"
+)
+
+// chaos soak's flags through the binary: bad combinations are usage
+// errors naming the flag, before anything is started.
+func TestChaosSoakFlagsThroughBinary(t *testing.T) {
+	bin := testenv.Binary(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"chaos", "soak", "--workers", "1"}, "--workers"},
+		{[]string{"chaos", "soak", "--cluster", "2"}, "--cluster"},
+		{[]string{"chaos", "soak", "--cycle", "10ms"}, "--cycle"},
+		{[]string{"chaos", "soak", "--duration", "5m", "--cluster", "3"}, "shorter than one cycle (13m0s)"},
+		{[]string{"chaos", "soak", "--duration", "1m"}, "shorter than one cycle (2m0s)"},
+		{[]string{"chaos", "soak", "extra"}, "takes no arguments"},
+	} {
+		// SHOAL_ENDPOINT set, as a user of the CLI has it: a soak starts
+		// its own nodes and does not look at it.
+		r := run(t, bin, "127.0.0.1:1", tc.args...).must(t, cli.ExitUsage, strings.Join(tc.args, " "))
+		if !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%s: stderr lacks %q:\n%s", strings.Join(tc.args, " "), tc.want, r.stderr)
+		}
+	}
+	r := run(t, bin, "127.0.0.1:1", "chaos", "soak", "--etcd-endpoints", "http://127.0.0.1:2").must(t, cli.ExitUsage, "soak --etcd-endpoints")
+	if !strings.Contains(r.stderr, "etcd-endpoints") {
+		t.Errorf("soak --etcd-endpoints (a run-only flag): %s", r.stderr)
+	}
+	r = run(t, bin, "", "chaos", "soak", "--help").must(t, 0, "chaos soak --help")
+	for _, want := range []string{"--cluster", "--workers", "--cycle", "shoal chaos soak --cluster 3 --duration 2h"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("chaos soak --help lacks %q:\n%s", want, r.stdout)
+		}
+	}
+}
+
+// bench cluster through the binary: bad flags are usage errors naming the
+// flag; a tiny fleet runs end to end and writes its report and plot.
+func TestBenchClusterThroughBinary(t *testing.T) {
+	bin := testenv.Binary(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench", "cluster", "--hollow-nodes", "1"}, "--hollow-nodes"},
+		{[]string{"bench", "cluster", "--real-nodes", "1"}, "--real-nodes"},
+		{[]string{"bench", "cluster", "--growth", "10,x"}, "--growth"},
+		{[]string{"bench", "cluster", "--node-ttl", "10ms"}, "--node-ttl"},
+		{[]string{"bench", "cluster", "--hollow-latency", "-1s"}, "--hollow-latency"},
+		{[]string{"bench", "cluster", "--hollow-nodes", "2", "--sandboxes-per-node", "5", "--growth", "100"}, "not below the 10 sandboxes"},
+		{[]string{"node", "start", "--hollow-latency", "10ms"}, "only with --runtime hollow"},
+		{[]string{"bench", "cluster", "extra"}, "takes no arguments"},
+	} {
+		r := run(t, bin, "", tc.args...).must(t, cli.ExitUsage, strings.Join(tc.args, " "))
+		if !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("%s: stderr lacks %q:\n%s", strings.Join(tc.args, " "), tc.want, r.stderr)
+		}
+	}
+	testenv.RequireDocker(t) // the real nodes run the Docker runtime
+	dir := t.TempDir()
+	r := run(t, bin, "", "bench", "cluster", "--hollow-nodes", "3", "--sandboxes-per-node", "10", "--real-nodes", "2",
+		"--clients", "4", "--growth", "10", "--report", dir).must(t, 0, "bench cluster of a tiny fleet")
+	for _, want := range []string{"3 hollow nodes × 10 sandboxes", "hollow node SIGKILL → its", "leader SIGKILL → new term recorded"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("summary lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	for _, f := range []string{"report.json", "summary.txt", "growth.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("report file %s: %v", f, err)
+		}
+	}
+}

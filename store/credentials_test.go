@@ -1,0 +1,156 @@
+package store_test
+
+import (
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/encryption"
+	"shoal/internal/testenv"
+	"shoal/store"
+)
+
+// ring parses a key file made of data plus a new key of each name.
+func ring(t *testing.T, data []byte, names ...string) ([]byte, *encryption.KeyRing) {
+	t.Helper()
+	for _, n := range names {
+		var err error
+		if data, err = encryption.NewKeyFile(data, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := encryption.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, r
+}
+
+// rawHas reports whether any raw etcd value holds s.
+func rawHas(t *testing.T, c *clientv3.Client, s string) bool {
+	t.Helper()
+	resp, err := c.Get(ctxT(t), "", clientv3.WithFromKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if strings.Contains(string(kv.Value), s) {
+			return true
+		}
+	}
+	return false
+}
+
+// With a key ring, credential values are sealed in etcd and the rest of
+// the record is readable; the store returns them sealed and opens them
+// only on request. A store without the key names the key per provider and
+// still lists it. Rotation moves every value to the current key, seals
+// plaintext written before encryption, and is a no-op the second time.
+func TestCredentialsEncryptedAtRest(t *testing.T) {
+	c, _ := testenv.Etcd(t)
+	ctx := ctxT(t)
+	const secret = "nvapi-at-rest-0123456789"
+	file1, k1 := ring(t, nil, "k1")
+	s := store.New(c, store.Options{Keys: k1})
+	p := &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: "nv", Labels: map[string]string{"team": "a"}}, Type: shoalv1.ProviderType_NVIDIA,
+		Credentials: map[string]string{"NVIDIA_API_KEY": secret}, Config: map[string]string{"region": "eu-readable"}}
+	if _, err := s.CreateProvider(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if rawHas(t, c, secret) {
+		t.Fatal("the credential is in etcd in plaintext")
+	}
+	if !rawHas(t, c, "eu-readable") || !rawHas(t, c, "NVIDIA_API_KEY") {
+		t.Fatal("the record's other fields are not readable")
+	}
+	got, err := s.GetProvider(ctx, "default", "nv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := got.Credentials["NVIDIA_API_KEY"]; !encryption.Sealed(v) {
+		t.Fatalf("GetProvider returned the credential opened: %q", v)
+	}
+	creds, err := s.OpenCredentials(got)
+	if err != nil || creds["NVIDIA_API_KEY"] != secret {
+		t.Fatalf("open: %v %v", creds, err)
+	}
+	// A label change leaves the sealed bytes as they are.
+	before := got.Credentials["NVIDIA_API_KEY"]
+	up, err := s.UpdateProvider(ctx, "default", "nv", store.Preconditions{}, func(p *shoalv1.Provider) error { p.Meta.Labels["team"] = "b"; return nil })
+	if err != nil || up.Credentials["NVIDIA_API_KEY"] != before {
+		t.Fatalf("label update re-sealed or failed: %v", err)
+	}
+	// The same credential value again (a provider update that repeats it)
+	// writes nothing: the stored sealed bytes are kept, not re-sealed.
+	same, err := s.UpdateProvider(ctx, "default", "nv", store.Preconditions{}, func(p *shoalv1.Provider) error {
+		p.Credentials["NVIDIA_API_KEY"] = secret
+		return nil
+	})
+	if err != nil || same.Credentials["NVIDIA_API_KEY"] != before || same.Meta.ResourceVersion != up.Meta.ResourceVersion {
+		t.Fatalf("repeating the credential: rv %d → %d, sealed bytes kept %v, err %v; want no write",
+			up.Meta.ResourceVersion, same.GetMeta().GetResourceVersion(), same.GetCredentials()["NVIDIA_API_KEY"] == before, err)
+	}
+	// A new value is sealed anew.
+	changed, err := s.UpdateProvider(ctx, "default", "nv", store.Preconditions{}, func(p *shoalv1.Provider) error {
+		p.Credentials["NVIDIA_API_KEY"] = secret + "-new"
+		return nil
+	})
+	if err != nil || changed.Credentials["NVIDIA_API_KEY"] == before || rawHas(t, c, secret+"-new") {
+		t.Fatalf("a new value: err %v, still the old bytes %v", err, changed.GetCredentials()["NVIDIA_API_KEY"] == before)
+	}
+	if creds, err := s.OpenCredentials(changed); err != nil || creds["NVIDIA_API_KEY"] != secret+"-new" {
+		t.Fatalf("open the new value: %v", err)
+	}
+	if _, err := s.UpdateProvider(ctx, "default", "nv", store.Preconditions{}, func(p *shoalv1.Provider) error {
+		p.Credentials["NVIDIA_API_KEY"] = secret
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A node without the key: a clear per-provider error, the list intact.
+	keyless := store.New(c, store.Options{})
+	if _, err := keyless.CreateProvider(ctx, &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: "plain"}, Type: shoalv1.ProviderType_GENERIC,
+		Credentials: map[string]string{"TOKEN": "plain-token-987"}}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := keyless.ListProviders(ctx, "", store.ListOptions{}, nil)
+	if err != nil || len(page.Items) != 2 {
+		t.Fatalf("keyless list: %d, %v", len(page.Items), err)
+	}
+	nv, _ := keyless.GetProvider(ctx, "default", "nv")
+	if _, err := keyless.OpenCredentials(nv); err == nil || !strings.Contains(err.Error(), `"nv"`) || !strings.Contains(err.Error(), `"k1"`) || strings.Contains(err.Error(), secret) {
+		t.Fatalf("keyless open: %v", err)
+	}
+
+	// Rotation to k2 (a ring that keeps k1 to read with).
+	_, both := ring(t, file1, "k2")
+	r := store.New(c, store.Options{Keys: both})
+	for _, name := range []string{"nv", "plain"} {
+		changed, err := r.RotateCredentials(ctx, "default", name)
+		if err != nil || !changed {
+			t.Fatalf("rotate %s: %v %v", name, changed, err)
+		}
+		changed, err = r.RotateCredentials(ctx, "default", name)
+		if err != nil || changed {
+			t.Fatalf("rotate %s again: %v %v", name, changed, err)
+		}
+	}
+	if rawHas(t, c, "plain-token-987") || rawHas(t, c, secret) {
+		t.Fatal("plaintext left after rotation")
+	}
+	for _, name := range []string{"nv", "plain"} {
+		p, _ := r.GetProvider(ctx, "default", name)
+		for k, v := range p.Credentials {
+			if key, _ := encryption.KeyOf(v); key != "k2" {
+				t.Fatalf("%s %s is under %q after rotation", name, k, key)
+			}
+		}
+	}
+	nv, _ = r.GetProvider(ctx, "default", "nv")
+	if creds, err := r.OpenCredentials(nv); err != nil || creds["NVIDIA_API_KEY"] != secret {
+		t.Fatalf("after rotation: %v %v", creds, err)
+	}
+}
