@@ -111,8 +111,13 @@ func TestCredentialOnlyInTheContainer(t *testing.T) {
 		t.Fatalf("rotation under the key already current: %v", rot)
 	}
 
+	// etcd serves node certificates only (an admin's is refused there).
+	nodeTr, err := files(dir, cfg.ID).Transport()
+	if err != nil {
+		t.Fatal(err)
+	}
 	rawClient := func() *clientv3.Client {
-		c, err := embedetcd.Dial([]string{n.EtcdEndpoint()}, embedetcd.WithTLS(tr.ClientTLS()))
+		c, err := embedetcd.Dial([]string{n.EtcdEndpoint()}, embedetcd.WithTLS(nodeTr.ClientTLS()))
 		if err != nil {
 			t.Fatal(err)
 		}
