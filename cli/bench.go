@@ -27,10 +27,13 @@ hollow nodes (shoal node start --runtime hollow: containers simulated in memory)
 each a process of its own, all on this machine. Creates --sandboxes-per-node
 sandboxes per hollow node through the real nodes with --clients clients, and at
 each --growth record count measures the create p99, the p99 of a paged List of
-everything and the RSS of the node serving the API. Then SIGKILLs a hollow node
-(time until its sandboxes are UNKNOWN) and the leader (time until the new
-leader's term and its first fenced removal). Writes report.json, summary.txt and
-growth.png to --report. Needs a Docker engine for the real nodes.
+everything and the RSS of a real node that does not lead (the one the lists go
+through). Then SIGKILLs a hollow node (time until its sandboxes are UNKNOWN)
+and the leader (time until the new leader's term and its first fenced
+removal). Growth points above the fleet (the default 50,000 of a 100 × 100
+fleet) are measured last, by creating more sandboxes on the live hollow nodes.
+Writes report.json, summary.txt and growth.png to --report. Needs a Docker
+engine for the real nodes.
 
   shoal bench cluster --hollow-nodes 100 --sandboxes-per-node 100`,
 			Flags: []cli.Flag{
@@ -38,7 +41,7 @@ growth.png to --report. Needs a Docker engine for the real nodes.
 				&cli.IntFlag{Name: "sandboxes-per-node", Value: def.SandboxesPerNode, Usage: "`M` sandboxes per hollow node"},
 				&cli.IntFlag{Name: "real-nodes", Value: def.RealNodes, Usage: "`N` real nodes (the API and the leader)"},
 				&cli.IntFlag{Name: "clients", Value: def.Clients, Usage: "`N` concurrent creating clients"},
-				&cli.StringFlag{Name: "growth", Value: strings.Join(growth, ","), Usage: "record `COUNTS` of the growth curve, comma-separated (the total is always one)"},
+				&cli.StringFlag{Name: "growth", Value: strings.Join(growth, ","), Usage: "record `COUNTS` of the growth curve, comma-separated; the fleet's total is always one, points above it are measured after the losses"},
 				&cli.DurationFlag{Name: "node-ttl", Value: def.NodeTTL, Usage: "every node's liveness lease `TTL`"},
 				&cli.DurationFlag{Name: "lease-ttl", Value: def.LeaseTTL, Usage: "the leader lease `TTL`"},
 				&cli.DurationFlag{Name: "hollow-latency", Value: def.HollowLatency, Usage: "`DURATION` of each simulated container change"},

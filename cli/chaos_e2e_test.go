@@ -57,7 +57,8 @@ func TestBenchClusterThroughBinary(t *testing.T) {
 		{[]string{"bench", "cluster", "--growth", "10,x"}, "--growth"},
 		{[]string{"bench", "cluster", "--node-ttl", "10ms"}, "--node-ttl"},
 		{[]string{"bench", "cluster", "--hollow-latency", "-1s"}, "--hollow-latency"},
-		{[]string{"bench", "cluster", "--hollow-nodes", "2", "--sandboxes-per-node", "5", "--growth", "100"}, "not below the 10 sandboxes"},
+		{[]string{"bench", "cluster", "--growth", "1000,0"}, "--growth: 0 is not a record count"},
+		{[]string{"bench", "cluster", "--growth", "300000"}, "--growth: 300000 is above"},
 		{[]string{"node", "start", "--hollow-latency", "10ms"}, "only with --runtime hollow"},
 		{[]string{"bench", "cluster", "extra"}, "takes no arguments"},
 	} {
@@ -69,8 +70,10 @@ func TestBenchClusterThroughBinary(t *testing.T) {
 	testenv.RequireDocker(t) // the real nodes run the Docker runtime
 	dir := t.TempDir()
 	r := run(t, bin, "", "bench", "cluster", "--hollow-nodes", "3", "--sandboxes-per-node", "10", "--real-nodes", "2",
-		"--clients", "4", "--growth", "10", "--report", dir).must(t, 0, "bench cluster of a tiny fleet")
-	for _, want := range []string{"3 hollow nodes × 10 sandboxes", "hollow node SIGKILL → its", "leader SIGKILL → new term recorded"} {
+		"--clients", "4", "--growth", "10,40", "--report", dir).must(t, 0, "bench cluster of a tiny fleet")
+	// 40 is past the fleet's 30: measured after the losses, on the live
+	// hollow nodes (the deleted sandbox of the leader's kill no longer counts).
+	for _, want := range []string{"3 hollow nodes × 10 sandboxes", "\n10 ", "\n30 ", "\n40 ", "hollow node SIGKILL → its", "leader SIGKILL → new term recorded"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("summary lacks %q:\n%s", want, r.stdout)
 		}

@@ -38,8 +38,11 @@ type Config struct {
 	SandboxesPerNode       int
 	// Clients create sandboxes concurrently.
 	Clients int
-	// Growth are the record counts at which the curve is measured (those
-	// above the total are skipped); the total is always a point.
+	// Growth are the record counts at which the curve is measured; the
+	// fleet's total (HollowNodes × SandboxesPerNode) is always a point.
+	// Points above it are measured after the node and leader loss figures
+	// (which are taken on the fleet as configured), by creating more
+	// sandboxes on the live hollow nodes.
 	Growth []int
 	// NodeTTL and LeaseTTL of every node.
 	NodeTTL, LeaseTTL time.Duration
@@ -79,17 +82,20 @@ func (c *Config) Validate() error {
 	case c.HollowLatency < 0 || c.HollowLatency > time.Minute:
 		return fmt.Errorf("--hollow-latency: %s is out of range 0-1m", c.HollowLatency)
 	}
-	total := c.HollowNodes * c.SandboxesPerNode
 	for _, g := range c.Growth {
 		switch {
 		case g < 1:
 			return fmt.Errorf("--growth: %d is not a record count", g)
-		case g >= total:
-			return fmt.Errorf("--growth: %d is not below the %d sandboxes the run makes (--hollow-nodes × --sandboxes-per-node; the total is measured anyway)", g, total)
+		case g > MaxGrowth:
+			return fmt.Errorf("--growth: %d is above the %d records a run may grow to", g, MaxGrowth)
 		}
 	}
 	return nil
 }
+
+// MaxGrowth bounds a growth point: etcd's default 2 GiB quota holds about
+// 500,000 sandbox records of this run's size, with room for their history.
+const MaxGrowth = 200000
 
 // Point is the growth curve at one record count.
 type Point struct {
@@ -153,6 +159,12 @@ type run struct {
 	st     *store.Store
 	real   []*nodeProc
 	hollow []*nodeProc
+	// api is the real node the figures go through (lists, RSS): one that
+	// did not lead at the start, so the leader's kill leaves it serving.
+	api *nodeProc
+	// made is how many sandboxes were created (names s000000 on); records
+	// how many of them still have a record.
+	made, records int
 }
 
 func (r *run) logf(format string, a ...any) {
@@ -339,8 +351,12 @@ func (r *run) measure(ctx context.Context, rep *Report) (*Report, error) {
 	}
 	rep.StartNodes = time.Since(t0)
 	r.logf("all %d nodes serving in %s", len(r.real)+len(r.hollow), rep.StartNodes.Round(time.Millisecond))
+	if r.api, err = r.follower(ctx); err != nil {
+		return rep, err
+	}
+	r.logf("figures through %s (not the leader)", r.api.id)
 
-	if rep.BaseRSS, err = r.real[0].rss(); err != nil {
+	if rep.BaseRSS, err = r.api.rss(); err != nil {
 		return rep, err
 	}
 	if err := r.create(ctx, rep); err != nil {
@@ -352,8 +368,63 @@ func (r *run) measure(ctx context.Context, rep *Report) (*Report, error) {
 	if err := r.killLeader(ctx, rep); err != nil {
 		return rep, err
 	}
+	if err := r.grow(ctx, rep); err != nil {
+		return rep, err
+	}
 	rep.Finished = time.Now()
 	return rep, nil
+}
+
+// follower is a real node that does not lead.
+func (r *run) follower(ctx context.Context) (*nodeProc, error) {
+	t, ok, err := lease.Current(ctx, r.raw, r.st.LeaderPrefix(), r.st.LeaderTermKey())
+	if err != nil || !ok {
+		return nil, fmt.Errorf("no leader among the real nodes (%v)", err)
+	}
+	for _, p := range r.real {
+		if p.id != t.Node {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("every real node is the leader %s", t.Node)
+}
+
+// point measures the growth curve at the current record count, lat being
+// the latencies of the creates just before it.
+func (r *run) point(ctx context.Context, rep *Report, lat []time.Duration) error {
+	p := Point{Records: r.records, CreateP99: pctl(lat, 0.99), CreateSamples: len(lat)}
+	var err error
+	if p.ListP99, p.ListSamples, err = r.listP99(ctx, r.records); err != nil {
+		return err
+	}
+	if p.RSSBytes, err = r.api.rss(); err != nil {
+		return err
+	}
+	rep.Growth = append(rep.Growth, p)
+	r.logf("%d records: create p99 %s (%d creates), list p99 %s (%d lists), API node RSS %d MiB", p.Records, p.CreateP99.Round(time.Microsecond),
+		p.CreateSamples, p.ListP99.Round(time.Microsecond), p.ListSamples, p.RSSBytes>>20)
+	return nil
+}
+
+// grow measures the growth points above the fleet: more sandboxes on the
+// live hollow nodes (the killed one is NotReady, so placement skips it).
+func (r *run) grow(ctx context.Context, rep *Report) error {
+	points := slices.DeleteFunc(slices.Clone(r.cfg.Growth), func(g int) bool { return g <= r.records })
+	slices.Sort(points)
+	for _, pt := range slices.Compact(points) {
+		n := pt - r.records
+		tail := max(1, n/10)
+		lat, _, err := r.createRange(ctx, r.made, r.made+n, r.made+n-tail)
+		if err != nil {
+			return err
+		}
+		r.made += n
+		r.records += n
+		if err := r.point(ctx, rep, lat); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // create makes every sandbox through the real nodes, measuring the growth
@@ -363,27 +434,19 @@ func (r *run) create(ctx context.Context, rep *Report) error {
 	points := slices.DeleteFunc(slices.Clone(r.cfg.Growth), func(g int) bool { return g >= total })
 	slices.Sort(points)
 	points = append(slices.Compact(points), total)
-	made := 0
 	t0 := time.Now()
 	var createTime time.Duration
 	for _, pt := range points {
-		tail := max(1, (pt-made)/10) // the creates whose latencies count for the point
-		lat, d, err := r.createRange(ctx, made, pt, pt-tail)
+		tail := max(1, (pt-r.made)/10) // the creates whose latencies count for the point
+		lat, d, err := r.createRange(ctx, r.made, pt, pt-tail)
 		if err != nil {
 			return err
 		}
 		createTime += d
-		made = pt
-		p := Point{Records: pt, CreateP99: pctl(lat, 0.99), CreateSamples: len(lat)}
-		if p.ListP99, p.ListSamples, err = r.listP99(ctx, pt); err != nil {
+		r.made, r.records = pt, pt
+		if err := r.point(ctx, rep, lat); err != nil {
 			return err
 		}
-		if p.RSSBytes, err = r.real[0].rss(); err != nil {
-			return err
-		}
-		rep.Growth = append(rep.Growth, p)
-		r.logf("%d records: create p99 %s (%d creates), list p99 %s (%d lists), API node RSS %d MiB", pt, p.CreateP99.Round(time.Microsecond),
-			p.CreateSamples, p.ListP99.Round(time.Microsecond), p.ListSamples, p.RSSBytes>>20)
 	}
 	rep.Creates = total
 	rep.CreatesPerSecond = float64(total) / createTime.Seconds()
@@ -419,8 +482,9 @@ func (r *run) createRange(ctx context.Context, from, to, measureFrom int) ([]tim
 	var firstErr error
 	var wg sync.WaitGroup
 	t0 := time.Now()
+	live := slices.DeleteFunc(slices.Clone(r.real), func(p *nodeProc) bool { return p.p.Exited() })
 	for k := range r.cfg.Clients {
-		c := r.real[k%len(r.real)].client()
+		c := live[k%len(live)].client()
 		wg.Go(func() {
 			for i := range next {
 				s := time.Now()
@@ -464,7 +528,7 @@ func (r *run) listP99(ctx context.Context, want int) (time.Duration, int, error)
 		n = 3
 	}
 	var lat []time.Duration
-	c := r.real[0].client()
+	c := r.api.client()
 	for range n {
 		t0 := time.Now()
 		got, token := 0, ""
@@ -548,17 +612,19 @@ func (r *run) killLeader(ctx context.Context, rep *Report) error {
 	if err != nil || !ok {
 		return fmt.Errorf("no leader to kill (%v)", err)
 	}
-	var leader, other *nodeProc
+	var leader *nodeProc
 	for _, p := range r.real {
 		if p.id == t.Node {
 			leader = p
-		} else if other == nil {
-			other = p
 		}
 	}
-	if leader == nil {
+	switch {
+	case leader == nil:
 		return fmt.Errorf("the leader is %s, not a real node", t.Node)
+	case leader == r.api:
+		return fmt.Errorf("the leader moved to %s, the node the figures go through; run again", t.Node)
 	}
+	other := r.api
 	// A READY sandbox of a live hollow node: its owner tears it down at
 	// once, so its removal waits only for the new leader.
 	page, err := r.st.ListSandboxes(ctx, "", store.ListOptions{Limit: 1}, func(sb *shoalv1.Sandbox) bool {
@@ -576,6 +642,7 @@ func (r *run) killLeader(ctx context.Context, rep *Report) error {
 	if _, err := other.client().DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: victim}); err != nil {
 		return fmt.Errorf("delete %s after the leader's kill: %w", victim, err)
 	}
+	r.records--
 	deadline := t0.Add(r.cfg.LeaseTTL + 2*time.Minute)
 	for rep.LeaderTerm == 0 || rep.LeaderRemoval == 0 {
 		if rep.LeaderTerm == 0 {
