@@ -30,7 +30,8 @@ By default etcd is embedded, with its data in --data-dir, and serves clients on
 external etcd instead. SIGINT/SIGTERM shut down gracefully; a second one exits at once.
 
 Clusters: every voter starts with the same --etcd-initial-cluster
-(n1=http://10.0.0.1:2380,n2=...; the names are node ids), or a node joins a
+(n1=https://10.0.0.1:2380,n2=...; the names are node ids; http:// only with
+--insecure, no TLS), or a node joins a
 running cluster with --join ADDRESS (any node's API). Listening on 0.0.0.0
 needs --etcd-advertise-client/--etcd-advertise-peer. A node restarted on its
 data dir rejoins as itself with the same flags (the initial-cluster flags are
@@ -65,7 +66,7 @@ etcd client only.`,
 				&cli.StringFlag{Name: "runtime", Value: def.Runtime, Usage: "`RUNTIME` of the sandboxes: docker, or hollow (containers simulated in memory, for scale tests only; the node is labelled shoal.dev/runtime=hollow)"},
 				&cli.DurationFlag{Name: "hollow-latency", Usage: "with --runtime hollow: `DURATION` each simulated container change and exec takes"},
 				&cli.BoolFlag{Name: "watch-cache", Value: def.WatchCache, Usage: "serve reads and watches from a watch-fed copy of sandboxes and providers (--watch-cache=false: every read from etcd)"},
-				&cli.StringFlag{Name: "debug-listen", Usage: "serve net/http/pprof on `ADDRESS` (off by default)"},
+				&cli.StringFlag{Name: "debug-listen", Usage: "serve net/http/pprof on `ADDRESS` (off by default; plaintext, so loopback only unless --insecure)"},
 				&cli.StringFlag{Name: "tls-cert", Usage: "this node's certificate `FILE` (`shoal certs init` writes DIR/<node>.crt): the API, forwarding, the embedded etcd's client and peer URLs (then https://127.0.0.1:2379 and :2380 by default) and the etcd client use mutual TLS"},
 				&cli.StringFlag{Name: "tls-key", Usage: "the key `FILE` of --tls-cert"},
 				&cli.StringFlag{Name: "tls-ca", Usage: "the cluster CA's certificate `FILE`: clients, nodes and etcd peers must present a certificate it signed"},

@@ -89,7 +89,8 @@ type Config struct {
 	// ShutdownTimeout bounds the graceful part of shutdown.
 	ShutdownTimeout time.Duration
 	// DebugListen, if set, serves net/http/pprof there (loopback only
-	// unless told otherwise): the soak test reads goroutine counts from it.
+	// unless Insecure: it has no TLS): the soak test reads goroutine counts
+	// from it.
 	DebugListen string
 	// Runtime is RuntimeDocker (the default) or RuntimeHollow: containers
 	// simulated in memory (package hollow), for scale tests only; such a
@@ -268,6 +269,12 @@ func (c *Config) Validate() error {
 	} else if !c.Insecure {
 		if err := c.loopbackOnly(); err != nil {
 			return err
+		}
+	}
+	if c.DebugListen != "" && !c.Insecure {
+		// pprof is plaintext and unauthenticated, with TLS or without.
+		if host, _, err := net.SplitHostPort(c.DebugListen); err == nil && !isLoopback(host) {
+			return fmt.Errorf("--debug-listen: %q is not a loopback address; pprof has no TLS and no roles, so it serves loopback only unless --insecure is given", c.DebugListen)
 		}
 	}
 	if err := c.validateMembership(); err != nil {

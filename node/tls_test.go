@@ -160,6 +160,7 @@ func TestNodeRefusesPlaintextBeyondLoopback(t *testing.T) {
 		{func(c *node.Config) { c.EtcdListenPeer = "http://10.0.0.5:2380" }, "--etcd-listen-peer"},
 		{func(c *node.Config) { c.EtcdAdvertiseClient = "http://10.0.0.5:2379" }, "--etcd-advertise-client"},
 		{func(c *node.Config) { c.TLS = pki.Files{Cert: "x.crt"} }, "--tls-key"},
+		{func(c *node.Config) { c.DebugListen = "0.0.0.0:6060" }, "--debug-listen"},
 	} {
 		cfg := testenv.NodeConfig(t)
 		tc.change(&cfg)
