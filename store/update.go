@@ -316,8 +316,7 @@ func updateLoop[T object](ctx context.Context, s *Store, u updateSpec[T], st *up
 
 		fromCache = false // the Else branch read the state
 		if u.fence != nil {
-			fk := resp.Responses[1].GetResponseRange().GetKvs()
-			if len(fk) == 0 || fk[0].CreateRevision != u.fence.Revision {
+			if u.fence.lost(resp.Responses[1].GetResponseRange().GetKvs()) {
 				s.metrics.FencedRejection()
 				st.fenced = true
 				return zero, ErrFenced

@@ -13,7 +13,8 @@
 //	                     deletes without comparing them in its Txn (invariant 4)
 //	no-freeze            agent: a node that stops holding its lease does not
 //	                     pause its containers (invariant 9)
-//	unfenced-leader      store: leader-only writes lose their fence compare
+//	unfenced-leader      store: leader-only writes lose their fence compare,
+//	                     and a refused one is never taken for a lost fence
 //	                     (invariant 7/10, when a deposed leader writes)
 //	deaf-leader          lease: a leader does not notice that it lost its
 //	                     lease; only a failed fenced write stops its term.
