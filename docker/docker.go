@@ -256,6 +256,13 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 			LabelManaged: "true", LabelUID: s.UID, LabelName: s.Name,
 			LabelWorkspace: s.Workspace, LabelNode: r.node, LabelCluster: r.cluster,
 		},
+		// With no network the engine makes no endpoint for the container
+		// (runc still gives it a network namespace of its own with only
+		// loopback). Docker 20.10's libnetwork deadlocks when endpoints
+		// come and go fast (moby/moby#46661, fixed only after 20.10.24):
+		// the chaos suite wedged the engine that way, every container call
+		// hanging until dockerd was restarted.
+		NetworkDisabled: r.network == NetworkNone,
 	}
 	var pids *int64
 	if s.PidsLimit > 0 {
