@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,6 +271,11 @@ type kindCache[T object] struct {
 	// the records by it (placement reads it instead of every slot key).
 	node    func(T) string
 	perNode map[string]int
+	// pending are this node's creates per node from their placement to
+	// their Txn's answer (after it, recent holds a created record until
+	// the watch brings it). Creates placed at once would otherwise all
+	// read the same lagging counts and choose the same node.
+	pending map[string]int
 }
 
 type snapshotOf[T object] struct {
@@ -287,7 +293,45 @@ func newKindCache[T object](c *Cache, cd codec[T], prefix string, max int) *kind
 	return &kindCache[T]{c: c, codec: cd, prefix: prefix, max: max, listed: make(chan struct{}), established: make(chan struct{}), progress: make(chan struct{}, 1),
 		tree: btree.NewG(32, entryLess[T]), changed: make(chan struct{}),
 		watchers: map[*cacheWatcher[T]]struct{}{}, snaps: map[int64]snapshotOf[T]{}, recent: map[string]start[T]{},
-		perNode: map[string]int{}}
+		perNode: map[string]int{}, pending: map[string]int{}}
+}
+
+// pickFewest chooses among nodes the one with the fewest sandboxes (ties
+// at random), counting the copy's records, this node's creates the copy
+// has not seen yet and its creates in flight, and counts the choice as in
+// flight until release is called (once; more calls do nothing). The
+// choice and its count are one step, so concurrent creates see each other.
+func (k *kindCache[T]) pickFewest(nodes []*shoalv1.Node) (chosen *shoalv1.Node, release func()) {
+	k.mu.Lock()
+	unseen := map[string]int{}
+	for key, r := range k.recent {
+		if r.absent || k.node == nil {
+			continue
+		}
+		if _, ok := k.tree.Get(entry[T]{key: key}); !ok {
+			unseen[k.node(r.c.obj)]++
+		}
+	}
+	best := -1
+	for _, i := range rand.Perm(len(nodes)) {
+		name := nodes[i].Name
+		if n := k.perNode[name] + unseen[name] + k.pending[name]; best < 0 || n < best {
+			best, chosen = n, nodes[i]
+		}
+	}
+	name := chosen.Name
+	k.pending[name]++
+	k.mu.Unlock()
+	var once sync.Once
+	return chosen, func() {
+		once.Do(func() {
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			if k.pending[name]--; k.pending[name] <= 0 {
+				delete(k.pending, name)
+			}
+		})
+	}
 }
 
 // count adds d to the per-node count of e's node (k.mu held).

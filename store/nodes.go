@@ -264,19 +264,19 @@ type Placement struct {
 // fromCopy chooses from the watch cache's copy of the registry, so that an
 // uncontended create is one round trip; the compares make a stale copy a
 // conflict, and a refusal (no node fits) is decided again from etcd.
-func (s *Store) place(ctx context.Context, p Placement, sb *shoalv1.Sandbox, fromCopy bool) ([]clientv3.Cmp, []clientv3.Op, error) {
+func (s *Store) place(ctx context.Context, p Placement, sb *shoalv1.Sandbox, fromCopy bool, hold *func()) ([]clientv3.Cmp, []clientv3.Op, error) {
 	c, err := s.placementNodes(ctx, fromCopy)
 	if err != nil {
 		return nil, nil, err
 	}
-	cmps, ops, err := s.placeOn(ctx, c, p, sb)
+	cmps, ops, err := s.placeOn(ctx, c, p, sb, hold)
 	if err != nil && c.cached && shoal.KindOf(err) == shoal.KindFailedPrecondition {
 		// A refusal from cached state is decided again from etcd's.
 		nodes, revs, err := s.registryRevs(ctx, true)
 		if err != nil {
 			return nil, nil, err
 		}
-		return s.placeOn(ctx, candidates{nodes: nodes, live: revs}, p, sb)
+		return s.placeOn(ctx, candidates{nodes: nodes, live: revs}, p, sb, hold)
 	}
 	return cmps, ops, err
 }
@@ -327,7 +327,10 @@ func (s *Store) placementNodes(ctx context.Context, fromCopy bool) (candidates, 
 	return c, nil
 }
 
-func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoalv1.Sandbox) ([]clientv3.Cmp, []clientv3.Op, error) {
+// placeOn chooses among c's nodes for sb. With counts from the watch cache
+// the choice is counted as a create in flight on that node, until *hold
+// (set here, the previous choice's released) is called.
+func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoalv1.Sandbox, hold *func()) ([]clientv3.Cmp, []clientv3.Op, error) {
 	var why []string
 	var fit []*shoalv1.Node
 	for _, n := range c.nodes {
@@ -358,9 +361,18 @@ func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoa
 		}
 		return nil, nil, shoal.FailedPrecondition("no node fits: %s", strings.Join(why, ", "))
 	}
-	rand.Shuffle(len(fit), func(i, j int) { fit[i], fit[j] = fit[j], fit[i] })
-	sort.SliceStable(fit, func(i, j int) bool { return fit[i].Status.Sandboxes < fit[j].Status.Sandboxes })
-	n := fit[0]
+	if *hold != nil {
+		(*hold)() // an earlier attempt's choice
+		*hold = nil
+	}
+	var n *shoalv1.Node
+	if c.cached && s.cache != nil {
+		n, *hold = s.cache.sandboxes.pickFewest(fit)
+	} else {
+		rand.Shuffle(len(fit), func(i, j int) { fit[i], fit[j] = fit[j], fit[i] })
+		sort.SliceStable(fit, func(i, j int) bool { return fit[i].Status.Sandboxes < fit[j].Status.Sandboxes })
+		n = fit[0]
+	}
 	slot, err := s.freeSlot(ctx, n, sb.GetMeta().GetUid())
 	if err != nil {
 		return nil, nil, err

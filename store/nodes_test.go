@@ -284,3 +284,47 @@ func TestPlacementFromAStaleRegistryCopy(t *testing.T) {
 		t.Fatalf("%d sandboxes stored, want only the first", resp.Count)
 	}
 }
+
+// Creates placed at once through one node with a watch cache spread over
+// the nodes: each choice counts, besides the copy's records, this node's
+// creates in flight and those the copy has not yet seen, and is counted
+// itself in the same step (the copy lags a burst of creates: with its
+// counts alone they all chose the same node).
+func TestConcurrentCreatesSpreadFromTheCache(t *testing.T) {
+	raw, srv := testenv.Etcd(t)
+	ctx := ctxT(t)
+	writer := store.New(raw, store.Options{})
+	b, _, _ := cachedNode(t, "http://"+srv.Endpoint())
+	nodes := []string{"n0", "n1", "n2", "n3"}
+	for _, n := range nodes {
+		register(t, writer, raw, n, 0, nil)
+	}
+	const creates = 80
+	var wg sync.WaitGroup
+	errs := make(chan error, creates)
+	for i := range creates {
+		wg.Go(func() {
+			if _, err := b.CreateSandboxOn(ctx, sandbox(fmt.Sprintf("s%02d", i)), store.Placement{}, ""); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	page, err := writer.ListSandboxes(ctx, "", store.ListOptions{Limit: 1000}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range page.Items {
+		per[store.NodeOf(sb)]++
+	}
+	for _, n := range nodes {
+		if per[n] < creates/len(nodes)/2 {
+			t.Errorf("node %s got %d of %d creates: %v", n, per[n], creates, per)
+		}
+	}
+}

@@ -65,6 +65,14 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 		ops  []clientv3.Op
 	}
 	attempts := 0
+	// The node chosen counts as this node's create in flight there until
+	// the Txn has answered (then the cache's own-writes memo counts it).
+	var hold func()
+	defer func() {
+		if hold != nil {
+			hold()
+		}
+	}()
 	return update(ctx, s, updateSpec[*shoalv1.Sandbox]{
 		codec: sandboxCodec,
 		key:   s.k.sandbox(m.Workspace, m.Name),
@@ -89,7 +97,7 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 			// deciding at once on the copy's counts all chose the same
 			// node (the hollow smoke test saw 98/84/14/2/2 over five
 			// nodes); the registry read gives the counts time to catch up.
-			if bind.cmps, bind.ops, err = s.place(ctx, p, next, placeFromCopy && attempts == 1); err != nil {
+			if bind.cmps, bind.ops, err = s.place(ctx, p, next, placeFromCopy && attempts == 1, &hold); err != nil {
 				return nil, err
 			}
 			return next, nil
