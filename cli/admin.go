@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/encryption"
+	"shoal/pki"
 )
 
 func (a *app) adminCmd() *cli.Command {
@@ -52,7 +52,7 @@ of --encryption-key-file (every node needs the same file). To rotate:
 				if err != nil {
 					return usageError("%v", err)
 				}
-				if err := writePrivate(path, data); err != nil {
+				if err := pki.WriteFile(path, data, 0o600); err != nil {
 					return err
 				}
 				verb := "wrote"
@@ -102,27 +102,4 @@ the cluster had a key file) are encrypted too. Only this workspace with
 			},
 		}},
 	}
-}
-
-// writePrivate writes a file readable by its owner only, through a
-// temporary file and a rename.
-func writePrivate(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

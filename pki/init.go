@@ -254,19 +254,20 @@ func writePair(w *Written, crtPath string, der []byte, keyPath string, key *ecds
 		return err
 	}
 	// The key first: a certificate without its key is the worse leftover.
-	if err := writeFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+	if err := WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
 		return err
 	}
-	if err := writeFile(crtPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+	if err := WriteFile(crtPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
 		return err
 	}
 	w.Created = append(w.Created, crtPath, keyPath)
 	return nil
 }
 
-// writeFile writes through a temporary file and a rename, with mode set
-// before any byte is written.
-func writeFile(path string, data []byte, mode os.FileMode) error {
+// WriteFile writes data to path with mode (set before any byte is
+// written), through a temporary file in the same directory and a rename,
+// so a reader never sees half a file (keys, certificates, key rings).
+func WriteFile(path string, data []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
