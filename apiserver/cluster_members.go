@@ -143,19 +143,9 @@ func (s *ClusterServer) listMembers(ctx context.Context) (*shoalv1.ListMembersRe
 // returned as if added now: a node that died between its --join's
 // AddMember and its first start joins again with the same request.
 func (s *ClusterServer) AddMember(ctx context.Context, req *shoalv1.AddMemberRequest) (*shoalv1.AddMemberResponse, error) {
-	if err := embedetcd.CheckName(req.GetName()); err != nil {
-		return nil, shoal.Invalid("name", "%v", err)
-	}
-	if len(req.GetPeerUrls()) == 0 {
-		return nil, shoal.Invalid("peer_urls", "give the new member's peer URL (its --etcd-advertise-peer)")
-	}
-	peers := make([]string, len(req.GetPeerUrls()))
-	for i, u := range req.GetPeerUrls() {
-		ic, err := embedetcd.ParseInitialCluster(req.GetName() + "=" + u)
-		if err != nil {
-			return nil, shoal.Invalid(fmt.Sprintf("peer_urls[%d]", i), "%v", err)
-		}
-		peers[i] = ic[0].URL
+	peers, err := validNewMember(req.GetName(), req.GetPeerUrls())
+	if err != nil {
+		return nil, err
 	}
 	members, err := s.memberList(ctx, false)
 	if err != nil {

@@ -18,8 +18,8 @@ func (s *Server) CreateSandbox(ctx context.Context, req *shoalv1.CreateSandboxRe
 	if err := validateSandbox(req.GetSandbox()); err != nil {
 		return nil, err
 	}
-	if id := req.GetRequestId(); id != "" && (len(id) > 64 || validText("request_id", id, false) != nil) {
-		return nil, shoal.Invalid("request_id", "must be at most 64 printable characters (a UUID)")
+	if err := validRequestID(req.GetRequestId()); err != nil {
+		return nil, err
 	}
 	sb := proto.Clone(req.Sandbox).(*shoalv1.Sandbox)
 	sb.Meta.Workspace = ws(sb.Meta.Workspace)
@@ -428,8 +428,8 @@ func (s *Server) Logs(req *shoalv1.LogsRequest, stream shoalv1.Shoal_LogsServer)
 	if err := validateRef(req.Workspace, req.Name); err != nil {
 		return err
 	}
-	if req.TailLines < 0 {
-		return shoal.Invalid("tail_lines", "must not be negative")
+	if err := validTailLines(req.TailLines); err != nil {
+		return err
 	}
 	ctx := stream.Context()
 	id, remote, rctx, err := s.container(ctx, req.Workspace, req.Name, false)

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -11,6 +12,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/embedetcd"
 	"shoal/store"
 )
 
@@ -349,4 +351,46 @@ func validPageSize(n int32) error {
 		return shoal.Invalid("page_size", "%d is out of range 0-%d", n, MaxPageSize)
 	}
 	return nil
+}
+
+// validRequestID: a create's idempotency key, a UUID or the like.
+func validRequestID(id string) error {
+	if id != "" && (len(id) > 64 || validText("request_id", id, false) != nil) {
+		return shoal.Invalid("request_id", "must be at most 64 printable characters (a UUID)")
+	}
+	return nil
+}
+
+func validTailLines(n int32) error {
+	if n < 0 {
+		return shoal.Invalid("tail_lines", "must not be negative")
+	}
+	return nil
+}
+
+// validNewMember checks an AddMember request and returns its peer URLs
+// as etcd will store them.
+func validNewMember(name string, urls []string) ([]string, error) {
+	if err := embedetcd.CheckName(name); err != nil {
+		return nil, shoal.Invalid("name", "%v", err)
+	}
+	if len(urls) == 0 {
+		return nil, shoal.Invalid("peer_urls", "give the new member's peer URL (its --etcd-advertise-peer)")
+	}
+	peers := make([]string, len(urls))
+	for i, u := range urls {
+		field := fmt.Sprintf("peer_urls[%d]", i)
+		if strings.Contains(u, ",") {
+			return nil, shoal.Invalid(field, "%q holds a ','; give one URL per entry", trunc(u))
+		}
+		ic, err := embedetcd.ParseInitialCluster(name + "=" + u)
+		if err != nil {
+			return nil, shoal.Invalid(field, "%v", err)
+		}
+		if j := slices.Index(peers[:i], ic[0].URL); j >= 0 {
+			return nil, shoal.Invalid(field, "repeats peer_urls[%d]", j)
+		}
+		peers[i] = ic[0].URL
+	}
+	return peers, nil
 }

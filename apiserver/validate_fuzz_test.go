@@ -88,3 +88,41 @@ func FuzzValidateRefAndFields(f *testing.F) {
 		invalid(t, validProviders("providers", []string{ws, name}))
 	})
 }
+
+// The checks the handlers make of their own fields: a create's request
+// id, a logs request's tail, a new etcd member's name and peer URLs.
+func FuzzValidateHandlerFields(f *testing.F) {
+	for _, s := range []struct {
+		id, name, peer string
+		tail           int32
+	}{
+		{"6f1c2f9e-3b0a-4c1e-9d2a-0a1b2c3d4e5f", "n4", "https://10.0.0.4:2380", 10},
+		{"", "", "", 0},
+		{strings.Repeat("r", 65), "N4", "http://[::1]:2380", -1},
+		{"a\nb", "n 4", "ftp://x", 1 << 30},
+		{"\xff", "n4", "https://host:99999", 0},
+		{"x", "n=4", "http://a:1", 0},
+		{"y", "n4", "http://a:1,n5=http://b:2", 0},
+	} {
+		f.Add(s.id, s.name, s.peer, s.tail)
+	}
+	f.Fuzz(func(t *testing.T, id, name, peer string, tail int32) {
+		invalid(t, validRequestID(id))
+		invalid(t, validTailLines(tail))
+		invalid(t, validNodeName(name))
+		peers, err := validNewMember(name, []string{peer})
+		invalid(t, err)
+		if err == nil && (len(peers) != 1 || peers[0] == "" || strings.Contains(peer, ",")) {
+			t.Fatalf("member %q %q accepted as %q", name, peer, peers)
+		}
+		if _, err := validNewMember(name, []string{peer, peer}); err == nil {
+			t.Fatalf("member %q: the same peer URL twice accepted", name)
+		}
+		if err := validRequestID(id); err == nil && len(id) > 64 {
+			t.Fatalf("request id of %d bytes accepted", len(id))
+		}
+		if err := validTailLines(tail); (err == nil) != (tail >= 0) {
+			t.Fatalf("tail_lines %d: %v", tail, err)
+		}
+	})
+}

@@ -125,3 +125,49 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A stored value, whatever its bytes: Open gives the plaintext of a value
+// this ring sealed under the same aad, or an error that does not repeat the
+// value; it never panics, and nothing else opens (AES-GCM authenticates).
+func FuzzOpen(f *testing.F) {
+	data, err := encryption.NewKeyFile(nil, "k1")
+	if err != nil {
+		f.Fatal(err)
+	}
+	if data, err = encryption.NewKeyFile(data, "k2"); err != nil {
+		f.Fatal(err)
+	}
+	r, err := encryption.Parse(data)
+	if err != nil {
+		f.Fatal(err)
+	}
+	sealed := map[[2]string]string{}
+	for _, c := range [][2]string{{"ws/p/KEY", "nvapi-secret"}, {"", ""}, {"a", strings.Repeat("x", 300)}} {
+		s, err := r.Seal(c[0], c[1])
+		if err != nil {
+			f.Fatal(err)
+		}
+		sealed[[2]string{c[0], s}] = c[1]
+		f.Add(c[0], s)
+		f.Add(c[0], s[:len(s)-1])
+		f.Add("other/aad", s)
+	}
+	f.Add("a", encryption.Prefix+"k1:")
+	f.Add("a", encryption.Prefix+"k3:AAAA")
+	f.Add("a", encryption.Prefix+"k1")
+	f.Add("a", "plain")
+	f.Fuzz(func(t *testing.T, aad, v string) {
+		pt, err := r.Open(aad, v)
+		want, ours := sealed[[2]string{aad, v}]
+		switch {
+		case err == nil && !ours:
+			t.Fatalf("a value this ring never sealed under aad %q opened: %q", aad, pt)
+		case err == nil && pt != want:
+			t.Fatalf("opened %q, sealed %q", pt, want)
+		case err != nil && ours:
+			t.Fatalf("a value this ring sealed did not open: %v", err)
+		case err != nil && len(v) > 8 && strings.Contains(err.Error(), v):
+			t.Fatalf("the error repeats the value: %v", err)
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -232,5 +233,38 @@ func FuzzRecordDecoder(f *testing.F) {
 				t.Fatalf("decoded %v from key %q", m, key)
 			}
 		}
+	})
+}
+
+// The node registry's records, whatever their bytes: a record that does
+// not decode, or names no node, is left out of the list; the rest are
+// listed once each, in order, with a status; nothing panics.
+func FuzzNodeRecords(f *testing.F) {
+	good, err := proto.Marshal(&shoalv1.Node{Name: "n1", Address: "10.0.0.1:7443", Labels: map[string]string{"zone": "a", "shoal.dev/instance": "x"}, MaxSandboxes: 3})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good, good, "/shoal/cordon/n1", "/shoal/placed/n1/0", []byte("2026-12-04T10:00:00Z"))
+	f.Add([]byte("\xff\x00"), []byte{}, "/shoal/cordon/", "/shoal/placed/", []byte("not a time"))
+	f.Add([]byte{0x0a, 0x00}, good, "", "/shoal/placed/n1", []byte{})
+	f.Fuzz(func(t *testing.T, info, live []byte, cordon, placed string, lost []byte) {
+		kv := func(k string, v []byte) []*mvccpb.KeyValue { return []*mvccpb.KeyValue{{Key: []byte(k), Value: v}} }
+		nodes := store.NodesFromForFuzz(kv("/shoal/nodeinfo/n1", info), kv("/shoal/nodes/n1", live), kv(cordon, nil),
+			append(kv(placed, nil), kv(placed, nil)...), "/shoal")
+		for i, n := range nodes {
+			if n.GetName() == "" || n.Status == nil {
+				t.Fatalf("listed a node without a name or status: %v", n)
+			}
+			if i > 0 && nodes[i-1].Name >= n.Name {
+				t.Fatalf("not sorted and unique: %q then %q", nodes[i-1].Name, n.Name)
+			}
+			if n.Status.Sandboxes > 2 {
+				t.Fatalf("%d sandboxes counted from 2 placed records", n.Status.Sandboxes)
+			}
+			if _, ok := n.Labels["shoal.dev/instance"]; ok {
+				t.Fatal("the instance label is listed")
+			}
+		}
+		_ = store.ParseLostForFuzz(lost) // an error or a time, never a panic
 	})
 }

@@ -66,3 +66,14 @@ func (s *Store) HoldRegistryCopyForTest() (restore func()) {
 		}
 	}
 }
+
+// NodesFromForFuzz builds the node list from raw registry records.
+func NodesFromForFuzz(infos, live, cordons, placed []*mvccpb.KeyValue, prefix string) []*shoalv1.Node {
+	return nodesFrom(infos, live, cordons, placed, prefix)
+}
+
+// ParseLostForFuzz decodes a lost/ record's value.
+func ParseLostForFuzz(v []byte) error {
+	_, err := parseLost(v)
+	return err
+}
