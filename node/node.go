@@ -234,7 +234,8 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Metrics: m, TTL: cfg.NodeTTL, Instance: instance, Logger: cfg.Logger,
 		Node: &shoalv1.Node{Name: cfg.ID, Address: advertise, Version: cfg.Version, Labels: maps.Clone(cfg.NodeLabels),
-			MaxSandboxes: int32(cfg.MaxSandboxes), StartedAt: timestamppb.Now()}})
+			MaxSandboxes: int32(cfg.MaxSandboxes), StartedAt: timestamppb.Now(),
+			MaxCpuMillis: cfg.SandboxLimits.MaxCPUMillis, MaxMemoryBytes: cfg.SandboxLimits.MaxMemoryBytes}})
 	if err != nil {
 		return err
 	}

@@ -344,6 +344,8 @@ func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoa
 			why = append(why, n.Name+" cordoned")
 		case n.MaxSandboxes > 0 && n.Status.Sandboxes >= n.MaxSandboxes:
 			why = append(why, fmt.Sprintf("%s full (%d/%d)", n.Name, n.Status.Sandboxes, n.MaxSandboxes))
+		case exceeds(n, sb.GetSpec().GetResources()) != "":
+			why = append(why, exceeds(n, sb.GetSpec().GetResources()))
 		default:
 			if missing := lacks(n.Labels, p.Selector); missing != "" {
 				why = append(why, n.Name+" lacks label "+missing)
@@ -441,6 +443,19 @@ func (s *Store) unplace(ctx context.Context, sb *shoalv1.Sandbox) ([]clientv3.Op
 		}
 	}
 	return ops, nil
+}
+
+// exceeds says which of a node's sandbox maximums r is above, if any.
+// (A sandbox that asks for nothing gets the node's defaults, which are
+// within its maximums.)
+func exceeds(n *shoalv1.Node, r *shoalv1.Resources) string {
+	switch {
+	case n.MaxCpuMillis > 0 && r.GetCpuMillis() > n.MaxCpuMillis:
+		return fmt.Sprintf("%s allows sandbox.spec.resources.cpu_millis up to %d (its --sandbox-max-cpu-millis), not %d", n.Name, n.MaxCpuMillis, r.GetCpuMillis())
+	case n.MaxMemoryBytes > 0 && r.GetMemoryBytes() > n.MaxMemoryBytes:
+		return fmt.Sprintf("%s allows sandbox.spec.resources.memory_bytes up to %d (its --sandbox-max-memory-mib), not %d", n.Name, n.MaxMemoryBytes, r.GetMemoryBytes())
+	}
+	return ""
 }
 
 // lacks returns the first selector term a label set does not satisfy.

@@ -328,3 +328,67 @@ func TestConcurrentCreatesSpreadFromTheCache(t *testing.T) {
 		}
 	}
 }
+
+// A node's sandbox maximums are in its registration, and placement skips a
+// node a sandbox asks too much of: the create is refused, naming the field
+// and the flag, only when no node fits, and then nothing is written.
+func TestPlacementHonoursNodeMaximums(t *testing.T) {
+	s, c := newStore(t)
+	ctx := ctxT(t)
+	reg := func(name string, cpu, mem int64) clientv3.LeaseID {
+		l, err := c.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := &shoalv1.Node{Name: name, Address: name + ":7443", MaxCpuMillis: cpu, MaxMemoryBytes: mem}
+		if err := s.RegisterNode(ctx, store.Registration{Node: n, Instance: name}, l.ID); err != nil {
+			t.Fatal(err)
+		}
+		return l.ID
+	}
+	reg("small", 500, 256<<20)
+	big := reg("big", 0, 0)
+	withRes := func(name string, cpu, mem int64) *shoalv1.Sandbox {
+		sb := sandbox(name)
+		sb.Spec.Resources = &shoalv1.Resources{CpuMillis: cpu, MemoryBytes: mem}
+		return sb
+	}
+	for i := range 6 {
+		sb, err := s.CreateSandboxOn(ctx, withRes(fmt.Sprintf("heavy-%d", i), 1000, 0), store.Placement{}, "")
+		if err != nil || sb.Spec.Node != "big" {
+			t.Fatalf("1000 millicores with small's maximum at 500: %v, placed on %q", err, sb.GetSpec().GetNode())
+		}
+	}
+	small := 0
+	for i := range 6 {
+		sb, err := s.CreateSandboxOn(ctx, withRes(fmt.Sprintf("light-%d", i), 500, 256<<20), store.Placement{}, "")
+		if err != nil {
+			t.Fatalf("within every maximum: %v", err)
+		}
+		if sb.Spec.Node == "small" {
+			small++
+		}
+	}
+	if small == 0 {
+		t.Fatal("no sandbox within small's maximums was placed there (it held none, big held 6)")
+	}
+	_, err := s.CreateSandboxOn(ctx, withRes("pinned", 0, 512<<20), store.Placement{Node: "small"}, "")
+	if msg := fmt.Sprint(err); shoal.KindOf(err) != shoal.KindFailedPrecondition ||
+		!strings.Contains(msg, "sandbox.spec.resources.memory_bytes") || !strings.Contains(msg, "--sandbox-max-memory-mib") {
+		t.Fatalf("512 MiB pinned to a node allowing 256: %v", err)
+	}
+	if _, err := s.GetSandbox(ctx, "default", "pinned"); shoal.KindOf(err) != shoal.KindNotFound {
+		t.Fatalf("a refused create left a record: %v", err)
+	}
+	if _, err := c.Revoke(ctx, big); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.CreateSandboxOn(ctx, withRes("too-big", 2000, 0), store.Placement{}, "")
+	if msg := fmt.Sprint(err); shoal.KindOf(err) != shoal.KindFailedPrecondition || !strings.Contains(msg, "no node fits") ||
+		!strings.Contains(msg, "small allows sandbox.spec.resources.cpu_millis up to 500") || !strings.Contains(msg, "big not ready") {
+		t.Fatalf("2000 millicores with big gone: %v", err)
+	}
+	if _, err := s.GetSandbox(ctx, "default", "too-big"); shoal.KindOf(err) != shoal.KindNotFound {
+		t.Fatalf("a refused create left a record: %v", err)
+	}
+}

@@ -2240,11 +2240,16 @@ type Node struct {
 	Version string            `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
 	Labels  map[string]string `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// 0: unlimited.
-	MaxSandboxes  int32                  `protobuf:"varint,5,opt,name=max_sandboxes,json=maxSandboxes,proto3" json:"max_sandboxes,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	Status        *NodeStatus            `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxSandboxes int32                  `protobuf:"varint,5,opt,name=max_sandboxes,json=maxSandboxes,proto3" json:"max_sandboxes,omitempty"`
+	StartedAt    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	Status       *NodeStatus            `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	// The most CPU and memory a sandbox on this node may ask for
+	// (--sandbox-max-cpu-millis, --sandbox-max-memory-mib); placement skips a
+	// node whose maximum a sandbox exceeds. 0: no maximum of the node's own.
+	MaxCpuMillis   int64 `protobuf:"varint,8,opt,name=max_cpu_millis,json=maxCpuMillis,proto3" json:"max_cpu_millis,omitempty"`
+	MaxMemoryBytes int64 `protobuf:"varint,9,opt,name=max_memory_bytes,json=maxMemoryBytes,proto3" json:"max_memory_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -2324,6 +2329,20 @@ func (x *Node) GetStatus() *NodeStatus {
 		return x.Status
 	}
 	return nil
+}
+
+func (x *Node) GetMaxCpuMillis() int64 {
+	if x != nil {
+		return x.MaxCpuMillis
+	}
+	return 0
+}
+
+func (x *Node) GetMaxMemoryBytes() int64 {
+	if x != nil {
+		return x.MaxMemoryBytes
+	}
+	return 0
 }
 
 type NodeStatus struct {
@@ -3667,7 +3686,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\rpreconditions\x18\x04 \x01(\v2\x17.shoal.v1.PreconditionsR\rpreconditions\"b\n" +
 	"\x16DeleteProviderResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x01(\bR\adeleted\x12.\n" +
-	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"\xcb\x02\n" +
+	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"\x9b\x03\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
@@ -3676,7 +3695,9 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\rmax_sandboxes\x18\x05 \x01(\x05R\fmaxSandboxes\x129\n" +
 	"\n" +
 	"started_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12,\n" +
-	"\x06status\x18\a \x01(\v2\x14.shoal.v1.NodeStatusR\x06status\x1a9\n" +
+	"\x06status\x18\a \x01(\v2\x14.shoal.v1.NodeStatusR\x06status\x12$\n" +
+	"\x0emax_cpu_millis\x18\b \x01(\x03R\fmaxCpuMillis\x12(\n" +
+	"\x10max_memory_bytes\x18\t \x01(\x03R\x0emaxMemoryBytes\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
