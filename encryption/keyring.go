@@ -3,7 +3,9 @@ package encryption
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -22,8 +24,9 @@ const KeySize = 32
 
 // KeyRing holds the keys of a node; Current seals.
 type KeyRing struct {
-	current string
-	aeads   map[string]cipher.AEAD
+	current      string
+	aeads        map[string]cipher.AEAD
+	fingerprints map[string]string
 }
 
 type fileFormat struct {
@@ -68,7 +71,7 @@ func Parse(data []byte) (*KeyRing, error) {
 	if len(f.Keys) == 0 {
 		return nil, errors.New("keys: at least one key is required")
 	}
-	r := &KeyRing{current: f.Current, aeads: map[string]cipher.AEAD{}}
+	r := &KeyRing{current: f.Current, aeads: map[string]cipher.AEAD{}, fingerprints: map[string]string{}}
 	for i, k := range f.Keys {
 		if !keyName.MatchString(k.Name) {
 			return nil, fmt.Errorf("keys[%d].name: %q is not a key name (letters, digits, '.', '_', '-'; at most 63)", i, k.Name)
@@ -92,6 +95,7 @@ func Parse(data []byte) (*KeyRing, error) {
 			return nil, err
 		}
 		r.aeads[k.Name] = aead
+		r.fingerprints[k.Name] = fingerprint(secret)
 	}
 	if f.Current == "" {
 		return nil, errors.New("current: name the key that encrypts new values")
@@ -104,6 +108,23 @@ func Parse(data []byte) (*KeyRing, error) {
 
 // Current is the name of the key that seals.
 func (r *KeyRing) Current() string { return r.current }
+
+// Fingerprint identifies a key of the ring without revealing it, so that
+// nodes can tell whether they hold the same key under a name: the first 12
+// bytes of HMAC-SHA256 keyed with the secret over a fixed label, base64.
+func (r *KeyRing) Fingerprint(name string) (string, bool) {
+	fp, ok := r.fingerprints[name]
+	return fp, ok
+}
+
+// ID is "name/fingerprint" of the current key.
+func (r *KeyRing) ID() string { return r.current + "/" + r.fingerprints[r.current] }
+
+func fingerprint(secret []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("shoal.dev/encryption-key-fingerprint/v1"))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:12])
+}
 
 // Sealed reports whether v is a sealed value.
 func Sealed(v string) bool { return strings.HasPrefix(v, Prefix) }

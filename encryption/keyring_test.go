@@ -171,3 +171,46 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+// A fingerprint names a key's secret without revealing it: the same secret
+// gives the same fingerprint in any ring, another secret of the same name
+// another one, and it does not contain the secret.
+func TestFingerprint(t *testing.T) {
+	a := keyFile(t, "k1")
+	ra, err := encryption.Parse(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab, err := encryption.NewKeyFile(a, "k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rab, err := encryption.Parse(ab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := encryption.Parse(keyFile(t, "k1")) // another secret named k1
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa, _ := ra.Fingerprint("k1")
+	fab, _ := rab.Fingerprint("k1")
+	fb, _ := rb.Fingerprint("k1")
+	if fa == "" || fa != fab || fa == fb {
+		t.Fatalf("k1 in a: %q, in a+k2: %q, another k1: %q", fa, fab, fb)
+	}
+	if _, ok := ra.Fingerprint("k2"); ok {
+		t.Fatal("a fingerprint of a key the ring lacks")
+	}
+	if rab.ID() == ra.ID() || !strings.HasPrefix(rab.ID(), "k2/") || ra.ID() != "k1/"+fa {
+		t.Fatalf("ids %q %q", ra.ID(), rab.ID())
+	}
+	for _, line := range strings.Split(string(a), "\n") {
+		if secret, ok := strings.CutPrefix(strings.TrimSpace(line), "secret: "); ok {
+			raw, _ := base64.StdEncoding.DecodeString(secret)
+			if strings.Contains(fa, secret) || strings.Contains(fa, base64.RawURLEncoding.EncodeToString(raw)[:8]) {
+				t.Fatal("the fingerprint reveals the secret")
+			}
+		}
+	}
+}

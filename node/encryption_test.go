@@ -194,6 +194,29 @@ func TestCredentialOnlyInTheContainer(t *testing.T) {
 		t.Fatal("after rotation the credential is not in the new container's environment")
 	}
 	scan("under k2")
+
+	// After the rotation, the node started with the old key file or with
+	// none is refused at start, saying why: it would seal new credentials
+	// under k1 or store them in plaintext, and could not open k2's.
+	n.Stop()
+	oldFile := filepath.Join(t.TempDir(), "old.yaml")
+	if err := os.WriteFile(oldFile, k1, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{oldFile: `lacks key "k2", the cluster's current key`, "": "has no --encryption-key-file"} {
+		bad := cfg
+		bad.EncryptionKeyFile = file
+		nn, err := node.New(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err = nn.Run(rctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--encryption-key-file") {
+			t.Errorf("start with key file %q after the rotation: %v; want a refusal saying %q", file, err, want)
+		}
+	}
 }
 
 // execEnv runs env in a sandbox and returns its stdout and exit code.

@@ -176,6 +176,12 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read the cluster id from etcd: %w", err)
 	}
+	cctx, cancel = context.WithTimeout(ctx, clusterIDTimeout)
+	err = st.AdmitKeyRing(cctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("--encryption-key-file: %w", err)
+	}
 	var rt engine
 	if cfg.Runtime == RuntimeHollow {
 		rt = hollow.New(hollow.Config{Node: cfg.ID, Latency: cfg.HollowLatency})
@@ -235,7 +241,7 @@ func (n *Node) Run(ctx context.Context) error {
 	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Metrics: m, TTL: cfg.NodeTTL, Instance: instance, Logger: cfg.Logger,
 		Node: &shoalv1.Node{Name: cfg.ID, Address: advertise, Version: cfg.Version, Labels: maps.Clone(cfg.NodeLabels),
 			MaxSandboxes: int32(cfg.MaxSandboxes), StartedAt: timestamppb.Now(),
-			MaxCpuMillis: cfg.SandboxLimits.MaxCPUMillis, MaxMemoryBytes: cfg.SandboxLimits.MaxMemoryBytes}})
+			MaxCpuMillis: cfg.SandboxLimits.MaxCPUMillis, MaxMemoryBytes: cfg.SandboxLimits.MaxMemoryBytes, EncryptionKey: keyID(n.keys)}})
 	if err != nil {
 		return err
 	}
@@ -449,4 +455,12 @@ func perClient(n int) int {
 		return -1
 	}
 	return n
+}
+
+// keyID is what a node's registration says of its key ring.
+func keyID(r *encryption.KeyRing) string {
+	if r == nil {
+		return ""
+	}
+	return r.ID()
 }

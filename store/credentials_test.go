@@ -6,6 +6,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/encryption"
 	"shoal/internal/testenv"
@@ -152,5 +153,71 @@ func TestCredentialsEncryptedAtRest(t *testing.T) {
 	nv, _ = r.GetProvider(ctx, "default", "nv")
 	if creds, err := r.OpenCredentials(nv); err != nil || creds["NVIDIA_API_KEY"] != secret {
 		t.Fatalf("after rotation: %v %v", creds, err)
+	}
+}
+
+// The cluster's key record: the first node with a key ring records its
+// key; a node without a ring, without the cluster's key, with another
+// secret under its name, or that would seal with a retired key is refused
+// at start; a rotation is refused while a live node seals with another key,
+// and retires the key it rotates away from.
+func TestKeyRingAdmission(t *testing.T) {
+	_, c := newStore(t)
+	ctx := ctxT(t)
+	with := func(r *encryption.KeyRing) *store.Store { return store.New(c, store.Options{Keys: r}) }
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		if shoal.KindOf(err) != shoal.KindFailedPrecondition || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %v; want FAILED_PRECONDITION saying %q", what, err, want)
+		}
+	}
+	if err := with(nil).AdmitKeyRing(ctx); err != nil {
+		t.Fatalf("no ring, no record: %v", err)
+	}
+	if resp, err := c.Get(ctx, "/shoal/cluster/encryption"); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("a node without a ring recorded something: %v %v", resp, err)
+	}
+	a1, r1 := ring(t, nil, "k1")
+	if err := with(r1).AdmitKeyRing(ctx); err != nil {
+		t.Fatalf("first ring: %v", err)
+	}
+	if err := with(r1).AdmitKeyRing(ctx); err != nil {
+		t.Fatalf("the same ring again: %v", err)
+	}
+	refused("no ring", with(nil).AdmitKeyRing(ctx), "no --encryption-key-file")
+	_, other := ring(t, nil, "k1")
+	refused("another k1", with(other).AdmitKeyRing(ctx), "another secret")
+	a12, r12 := ring(t, a1, "k2")
+	if err := with(r12).AdmitKeyRing(ctx); err != nil {
+		t.Fatalf("k1 and k2, k2 current, before the rotation: %v", err)
+	}
+	refused("rotation with a node on k1", with(r12).BeginRotation(ctx, map[string]string{"n1": r1.ID(), "n2": r12.ID(), "n3": ""}),
+		"n1 ("+r1.ID()+"), n3 (no key file)")
+	if err := with(r12).BeginRotation(ctx, map[string]string{"n2": r12.ID()}); err != nil {
+		t.Fatalf("rotation to k2: %v", err)
+	}
+	if err := with(r12).BeginRotation(ctx, map[string]string{"n2": r12.ID()}); err != nil {
+		t.Fatalf("rotation to k2 again (resumed): %v", err)
+	}
+	refused("the old file", with(r1).AdmitKeyRing(ctx), `lacks key "k2"`)
+	back, err := encryption.Parse([]byte(strings.Replace(string(a12), "current: k2", "current: k1", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused("both keys, k1 current", with(back).AdmitKeyRing(ctx), `rotated away from it (to "k2"`)
+	refused("rotation back to k1", with(back).BeginRotation(ctx, nil), "rotated away from already")
+	_, r123 := ring(t, a12, "k3")
+	if err := with(r123).AdmitKeyRing(ctx); err != nil {
+		t.Fatalf("k3 added: %v", err)
+	}
+	if err := with(r123).BeginRotation(ctx, nil); err != nil {
+		t.Fatalf("rotation to k3: %v", err)
+	}
+	refused("k1 current after two rotations", with(back).AdmitKeyRing(ctx), `lacks key "k3"`)
+	if _, err := c.Put(ctx, "/shoal/cluster/encryption", "{"); err != nil {
+		t.Fatal(err)
+	}
+	if err := with(r123).AdmitKeyRing(ctx); shoal.KindOf(err) != shoal.KindDataLoss {
+		t.Fatalf("a damaged record: %v", err)
 	}
 }

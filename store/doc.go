@@ -14,6 +14,7 @@
 //	<prefix>/cluster/id                                 the cluster id (hex), made once
 //	<prefix>/cluster/page-token-secret                  HMAC key of page tokens (hex), made once
 //	<prefix>/cluster/leader                             the leader's term: node, fence, since (JSON, package lease)
+//	<prefix>/cluster/encryption                         the key credentials are sealed with, keys retired (JSON, keystate.go)
 //
 // Values are deterministic protobuf encodings with meta.resource_version
 // cleared: the resource version of an object IS the ModRevision of its key,

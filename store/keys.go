@@ -37,6 +37,7 @@ func (k keys) torndown(ws, name string) string { return k.prefix + "/torndown/" 
 // tokens. Both are made once per cluster (cluster.go).
 func (k keys) clusterID() string       { return k.prefix + "/cluster/id" }
 func (k keys) pageTokenSecret() string { return k.prefix + "/cluster/page-token-secret" }
+func (k keys) encryption() string      { return k.prefix + "/cluster/encryption" }
 
 // The node registry and placement (nodes.go).
 func (k keys) node(id string) string         { return k.prefix + "/nodes/" + id }

@@ -2248,8 +2248,13 @@ type Node struct {
 	// node whose maximum a sandbox exceeds. 0: no maximum of the node's own.
 	MaxCpuMillis   int64 `protobuf:"varint,8,opt,name=max_cpu_millis,json=maxCpuMillis,proto3" json:"max_cpu_millis,omitempty"`
 	MaxMemoryBytes int64 `protobuf:"varint,9,opt,name=max_memory_bytes,json=maxMemoryBytes,proto3" json:"max_memory_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The key this node seals provider credentials with, "name/fingerprint"
+	// (the fingerprint identifies the secret without revealing it); empty
+	// without --encryption-key-file. A rotation requires every live node to
+	// seal with the key it rotates to.
+	EncryptionKey string `protobuf:"bytes,10,opt,name=encryption_key,json=encryptionKey,proto3" json:"encryption_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -2343,6 +2348,13 @@ func (x *Node) GetMaxMemoryBytes() int64 {
 		return x.MaxMemoryBytes
 	}
 	return 0
+}
+
+func (x *Node) GetEncryptionKey() string {
+	if x != nil {
+		return x.EncryptionKey
+	}
+	return ""
 }
 
 type NodeStatus struct {
@@ -3686,7 +3698,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\rpreconditions\x18\x04 \x01(\v2\x17.shoal.v1.PreconditionsR\rpreconditions\"b\n" +
 	"\x16DeleteProviderResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x01(\bR\adeleted\x12.\n" +
-	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"\x9b\x03\n" +
+	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"\xc2\x03\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
@@ -3697,7 +3709,9 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"started_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x12,\n" +
 	"\x06status\x18\a \x01(\v2\x14.shoal.v1.NodeStatusR\x06status\x12$\n" +
 	"\x0emax_cpu_millis\x18\b \x01(\x03R\fmaxCpuMillis\x12(\n" +
-	"\x10max_memory_bytes\x18\t \x01(\x03R\x0emaxMemoryBytes\x1a9\n" +
+	"\x10max_memory_bytes\x18\t \x01(\x03R\x0emaxMemoryBytes\x12%\n" +
+	"\x0eencryption_key\x18\n" +
+	" \x01(\tR\rencryptionKey\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +

@@ -1,0 +1,161 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"shoal"
+)
+
+// The cluster's encryption state: which key seals provider credentials,
+// and which keys it has rotated away from.
+//
+//	<prefix>/cluster/encryption   JSON keyState
+//
+// A node's key file is its own, so nodes can disagree: a node started
+// without one would store credentials in plaintext, and one started with
+// an old file would seal new values under a key the cluster rotated away
+// from (and fail to open the current one). The record lets a node refuse
+// to start with a key file that does not fit the cluster (AdmitKeyRing),
+// and a rotation refuse to start while a live node seals with another key
+// (apiserver RotateEncryptionKey, from the node registry).
+
+type keyState struct {
+	// Current is the key the cluster seals with; Fingerprint identifies
+	// its secret (encryption.KeyRing.Fingerprint).
+	Current     string `json:"current"`
+	Fingerprint string `json:"fingerprint"`
+	// Retired keys were current once and were rotated away from: no node
+	// may seal with one again.
+	Retired []string  `json:"retired,omitempty"`
+	Since   time.Time `json:"since"`
+}
+
+// AdmitKeyRing checks this node's key ring against the cluster's: with no
+// record yet, a node with a key ring records its current key; with one, a
+// node without a key ring, or whose ring lacks the cluster's current key
+// (or holds another secret under its name), or would seal with a retired
+// key, is refused (FAILED_PRECONDITION saying what to fix). Run at start,
+// before the node writes anything.
+func (s *Store) AdmitKeyRing(ctx context.Context) error {
+	key := s.k.encryption()
+	for {
+		st, rev, err := s.keyState(ctx)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			if s.keys == nil {
+				return nil
+			}
+			fp, _ := s.keys.Fingerprint(s.keys.Current())
+			b, _ := json.Marshal(keyState{Current: s.keys.Current(), Fingerprint: fp, Since: s.now()})
+			resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b))).Commit()
+			if err != nil {
+				return etcdErr(ctx, err)
+			}
+			if resp.Succeeded {
+				return nil
+			}
+			continue // another node recorded its key first: check against it
+		}
+		return s.fits(st)
+	}
+}
+
+func (s *Store) fits(st keyState) error {
+	since := st.Since.UTC().Format(time.RFC3339)
+	if s.keys == nil {
+		return shoal.FailedPrecondition("the cluster encrypts provider credentials (key %q, current since %s), and this node has no --encryption-key-file: it would store them in plaintext and could not open them; start it with the key file the other nodes use", st.Current, since)
+	}
+	fp, ok := s.keys.Fingerprint(st.Current)
+	switch {
+	case !ok:
+		return shoal.FailedPrecondition("this node's --encryption-key-file lacks key %q, the cluster's current key (since %s): copy the key file the other nodes use", st.Current, since)
+	case fp != st.Fingerprint:
+		return shoal.FailedPrecondition("key %q of this node's --encryption-key-file is another secret than the cluster's key of that name (fingerprint %s, the cluster's %s): copy the key file the other nodes use", st.Current, fp, st.Fingerprint)
+	case slices.Contains(st.Retired, s.keys.Current()):
+		return shoal.FailedPrecondition("this node's --encryption-key-file makes %q current, and the cluster rotated away from it (to %q, since %s): an old key file would seal new credentials under an old key; copy the key file the other nodes use", s.keys.Current(), st.Current, since)
+	}
+	return nil
+}
+
+// keyState reads the record; rev 0: there is none.
+func (s *Store) keyState(ctx context.Context) (keyState, int64, error) {
+	key := s.k.encryption()
+	resp, err := s.c.Get(ctx, key)
+	if err != nil {
+		return keyState{}, 0, etcdErr(ctx, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return keyState{}, 0, nil
+	}
+	var st keyState
+	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil || st.Current == "" {
+		return keyState{}, 0, shoal.DataLoss("%s does not hold the cluster's encryption state (%v): restore it from a snapshot, or remove the key from etcd and restart the nodes (the first records its key)", key, err)
+	}
+	return st, resp.Kvs[0].ModRevision, nil
+}
+
+// BeginRotation records that the cluster seals with this node's current
+// key from now on, the previous current key retired, before a rotation
+// re-seals anything: a node that starts later with an old key file is
+// refused. nodeKeys are the live nodes' encryption keys (Node
+// .encryption_key, "name/fingerprint") by node; every one must be this
+// node's, or the rotation is refused naming those that differ (they would
+// go on sealing under their own key). Rotating back to a retired key is
+// refused: make a new key.
+func (s *Store) BeginRotation(ctx context.Context, nodeKeys map[string]string) error {
+	if s.keys == nil {
+		return shoal.FailedPrecondition("this node has no --encryption-key-file: there is no key to encrypt with")
+	}
+	var differ []string
+	for node, k := range nodeKeys {
+		if k != s.keys.ID() {
+			if k == "" {
+				k = "no key file"
+			}
+			differ = append(differ, node+" ("+k+")")
+		}
+	}
+	if len(differ) > 0 {
+		slices.Sort(differ)
+		return shoal.FailedPrecondition("live nodes seal with another key than this node's %s: %s; give every node the same key file and restart it, then rotate", s.keys.ID(), strings.Join(differ, ", "))
+	}
+	key := s.k.encryption()
+	for {
+		st, rev, err := s.keyState(ctx)
+		if err != nil {
+			return err
+		}
+		cur := s.keys.Current()
+		fp, _ := s.keys.Fingerprint(cur)
+		if rev != 0 && st.Current == cur {
+			if st.Fingerprint != fp {
+				return shoal.FailedPrecondition("key %q of this node's --encryption-key-file is another secret than the cluster's key of that name: give every node the same key file", cur)
+			}
+			return nil
+		}
+		if slices.Contains(st.Retired, cur) {
+			return shoal.FailedPrecondition("key %q was rotated away from already; add a new key with `shoal admin new-encryption-key` and rotate to that", cur)
+		}
+		next := keyState{Current: cur, Fingerprint: fp, Retired: st.Retired, Since: s.now()}
+		if rev != 0 && st.Current != cur {
+			next.Retired = append(slices.Clone(st.Retired), st.Current)
+		}
+		b, _ := json.Marshal(next)
+		resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpPut(key, string(b))).Commit()
+		if err != nil {
+			return etcdErr(ctx, err)
+		}
+		if resp.Succeeded {
+			s.log.Info("the cluster seals credentials with a new key", "key", cur, "retired", next.Retired)
+			return nil
+		}
+	}
+}
