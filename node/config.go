@@ -377,3 +377,32 @@ func (c *Config) Validate() error {
 	}
 	return nil
 }
+
+// advertisedHosts are the hosts others dial this node at, by flag: its
+// API, and a voter's etcd client and peer URLs. Its certificate must be
+// valid for each.
+func (c *Config) advertisedHosts() [][2]string {
+	var out [][2]string
+	if host, _, err := net.SplitHostPort(c.Advertise); err == nil {
+		out = append(out, [2]string{"--advertise", host})
+	}
+	if len(c.EtcdEndpoints) > 0 {
+		return out // a worker: no etcd member
+	}
+	for _, a := range []struct{ flag, url, listen string }{
+		{"--etcd-advertise-client", c.EtcdAdvertiseClient, c.EtcdListenClient},
+		{"--etcd-advertise-peer", c.EtcdAdvertisePeer, c.EtcdListenPeer}} {
+		if a.url == "" {
+			a.flag, a.url = strings.Replace(a.flag, "advertise", "listen", 1), a.listen // the default advertised URL
+		}
+		if u, err := url.Parse(a.url); err == nil && u.Hostname() != "" && !unspecifiedHost(u.Hostname()) {
+			out = append(out, [2]string{a.flag, u.Hostname()})
+		}
+	}
+	return out
+}
+
+func unspecifiedHost(h string) bool {
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsUnspecified()
+}

@@ -89,7 +89,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if tr.Secure() {
-		if err := pki.CheckNode(cfg.TLS.Cert); err != nil {
+		if err := pki.CheckNode(cfg.TLS.Cert, cfg.advertisedHosts()...); err != nil {
 			return nil, err
 		}
 	}

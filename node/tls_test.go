@@ -370,3 +370,30 @@ func TestStreamsPerClientCap(t *testing.T) {
 		return err == nil, err
 	})
 }
+
+// A TLS node whose certificate is not valid for a host it advertises is
+// refused at start, naming the flag and the host: the nodes and clients
+// that dial it there would refuse it.
+func TestNodeCertificateCoversItsAdvertisedHosts(t *testing.T) {
+	cfg := testenv.NodeConfig(t)
+	cfg.Runtime = node.RuntimeHollow
+	secure(&cfg, files(certs(t, cfg.ID), cfg.ID))
+	for _, c := range []struct{ flag, host string }{{"--advertise", "elsewhere.example"}, {"--etcd-advertise-peer", "10.9.9.9"}} {
+		bad := cfg
+		switch c.flag {
+		case "--advertise":
+			bad.Advertise = c.host + ":7443"
+		default:
+			bad.EtcdAdvertisePeer = "https://" + c.host + ":2380"
+		}
+		_, err := node.New(bad)
+		if err == nil || !strings.Contains(err.Error(), "not valid for "+c.host+", which "+c.flag+" advertises") {
+			t.Errorf("%s %s: %v", c.flag, c.host, err)
+		}
+	}
+	ok := cfg
+	ok.Advertise = cfg.ID + ":7443" // the node id is one of its names
+	if _, err := node.New(ok); err != nil {
+		t.Errorf("--advertise %s: %v", ok.Advertise, err)
+	}
+}

@@ -96,6 +96,17 @@ func TestInitLayoutAndRoles(t *testing.T) {
 	if err := pki.CheckNode(filepath.Join(dir, "n1.crt")); err != nil {
 		t.Errorf("CheckNode(n1): %v", err)
 	}
+	// ... for the hosts it advertises: its own, never another node's.
+	good := [][2]string{{"--advertise", "10.0.0.1"}, {"--advertise", "n1"}, {"--etcd-advertise-peer", "shared.example"}, {"--etcd-listen-client", "127.0.0.1"}, {"--advertise", ""}}
+	if err := pki.CheckNode(filepath.Join(dir, "n1.crt"), good...); err != nil {
+		t.Errorf("CheckNode(n1, its hosts): %v", err)
+	}
+	for _, h := range []string{"node-two.example", "10.0.0.2", "n2"} {
+		err := pki.CheckNode(filepath.Join(dir, "n1.crt"), [2]string{"--advertise", "n1"}, [2]string{"--etcd-advertise-peer", h})
+		if err == nil || !strings.Contains(err.Error(), "not valid for "+h+", which --etcd-advertise-peer advertises") || !strings.Contains(err.Error(), "--hosts") {
+			t.Errorf("CheckNode(n1, %s): %v", h, err)
+		}
+	}
 	for _, r := range []string{"admin", "operator", "viewer"} {
 		if err := pki.CheckNode(filepath.Join(dir, r+".crt")); err == nil || !strings.Contains(err.Error(), "--tls-cert") {
 			t.Errorf("CheckNode(%s): %v", r, err)

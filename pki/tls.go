@@ -7,8 +7,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
+	"strings"
 )
 
 // Role is what a client certificate may do; its certificate's
@@ -57,8 +59,10 @@ func RoleOf(cert *x509.Certificate) (Role, error) {
 }
 
 // CheckNode says why the certificate at path cannot be a node's: it must
-// name the node role and be valid for NodeName.
-func CheckNode(path string) error {
+// name the node role and be valid for NodeName and for every host the node
+// advertises (hosts: the flag that gives it, then the host name or IP),
+// or the nodes and clients that dial it there refuse it.
+func CheckNode(path string, hosts ...[2]string) error {
 	c, err := readCert(path)
 	if err != nil {
 		return fmt.Errorf("--tls-cert: %w", err)
@@ -73,7 +77,24 @@ func CheckNode(path string) error {
 	if err := c.VerifyHostname(NodeName); err != nil {
 		return fmt.Errorf("--tls-cert %s: a node certificate must also be valid for %s (etcd admits only such certificates); `shoal certs init --force` issues new ones", path, NodeName)
 	}
+	for _, h := range hosts {
+		if h[1] == "" {
+			continue
+		}
+		if err := c.VerifyHostname(h[1]); err != nil {
+			return fmt.Errorf("--tls-cert %s is not valid for %s, which %s advertises (it is valid for %s): nodes and clients dialing it there would refuse it; issue certificates with `shoal certs init --hosts NODE=HOST,...`",
+				path, h[1], h[0], strings.Join(append(slices.Clone(c.DNSNames), ipStrings(c.IPAddresses)...), ", "))
+		}
+	}
 	return nil
+}
+
+func ipStrings(ips []net.IP) []string {
+	out := make([]string, len(ips))
+	for i, ip := range ips {
+		out[i] = ip.String()
+	}
+	return out
 }
 
 // Files are the three PEM files of one side of a mutual TLS connection.
