@@ -2,9 +2,11 @@ package apiserver
 
 import (
 	"context"
+	"net"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 
 	"shoal"
 	"shoal/pki"
@@ -18,7 +20,7 @@ const (
 	DefaultMaxWatches = 1000
 	DefaultMaxExecs   = 100
 	// DefaultMaxStreamsPerClient caps one client certificate's open
-	// streams on a node (mutual TLS only: a plaintext node serves
+	// streams from one host on a node (mutual TLS only: a plaintext node serves
 	// loopback, where every client has the same address).
 	DefaultMaxStreamsPerClient = 256
 )
@@ -80,7 +82,9 @@ func (b *boundStream) Context() context.Context { return b.ctx }
 // clientStreams caps the streams one client holds open at once (every
 // stream: watches, exec, logs, snapshots), so that one client cannot take
 // a node's whole --max-watches or --max-execs. A client is its
-// certificate's subject (mutual TLS only); other nodes (role node,
+// certificate's subject on one host, its address (mutual TLS only: without
+// it a node serves loopback or a private test network, and cannot tell a
+// node forwarding its clients' calls from a client); other nodes (role node,
 // forwarding their own clients' calls) are not capped here.
 type clientStreams struct {
 	max int
@@ -103,6 +107,13 @@ func (c *clientStreams) acquire(ctx context.Context, secure bool) (release func(
 		return func() {}, nil
 	}
 	key := id.Subject
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		// A client is a certificate on one host: the holders of one
+		// role's certificate on many hosts do not share one cap.
+		if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+			key += " at " + host
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n[key] >= c.max {

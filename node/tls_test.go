@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -359,6 +360,23 @@ func TestStreamsPerClientCap(t *testing.T) {
 	defer c4()
 	if err := refused(s4); err != nil {
 		t.Fatalf("another client's watch: %v", err)
+	}
+	// The same certificate from another address is another client.
+	tr, err := files(dir, "viewer").Transport()
+	if err != nil {
+		t.Fatal(err)
+	}
+	from2 := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	conn2, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(tr.DialCreds()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return from2.DialContext(ctx, "tcp", addr) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn2.Close()
+	c6, s6 := open(shoalv1.NewShoalClient(conn2))
+	defer c6()
+	if err := refused(s6); err != nil {
+		t.Fatalf("the viewer certificate from 127.0.0.2: %v", err)
 	}
 	c1()
 	testenv.Eventually(t, 30*time.Second, "a closed stream frees its slot", func() (bool, error) {
