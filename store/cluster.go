@@ -42,12 +42,10 @@ func (s *Store) once(ctx context.Context, key string, n int) ([]byte, error) {
 		return nil, err
 	}
 	val := hex.EncodeToString(raw)
-	resp, err := s.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, val)).
-		Else(clientv3.OpGet(key)).Commit()
+	resp, err := s.txn(ctx, "make once", key, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(key, val)}, []clientv3.Op{clientv3.OpGet(key)})
 	if err != nil {
-		return nil, etcdErr(ctx, err)
+		return nil, err
 	}
 	if resp.Succeeded {
 		return []byte(val), nil

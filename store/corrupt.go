@@ -36,9 +36,9 @@ func (s *Store) removeCorruptSandbox(ctx context.Context, ws, name string, kv *m
 	for _, k := range held {
 		ops = append(ops, clientv3.OpDelete(k))
 	}
-	resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).Then(ops...).Commit()
+	resp, err := s.txn(ctx, "remove corrupt sandbox", string(kv.Key), []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)}, ops, nil)
 	if err != nil {
-		return nil, etcdErr(ctx, err)
+		return nil, err
 	}
 	if !resp.Succeeded {
 		return nil, errRetry
@@ -84,11 +84,11 @@ func (s *Store) removeCorruptProvider(ctx context.Context, ws, name string, kv *
 		return shoal.Conflict("precondition failed: provider %q is at resource_version %d, not %d", name, kv.ModRevision, pre.ResourceVersion)
 	}
 	attachP := s.k.attachments(ws, name)
-	resp, err := s.c.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), noKeys(attachP)).
-		Then(clientv3.OpDelete(string(kv.Key))).Commit()
+	resp, err := s.txn(ctx, "remove corrupt provider", string(kv.Key),
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision), noKeys(attachP)},
+		[]clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil)
 	if err != nil {
-		return etcdErr(ctx, err)
+		return err
 	}
 	if resp.Succeeded {
 		s.log.Warn("removed corrupt provider record", "key", string(kv.Key), "revision", kv.ModRevision)

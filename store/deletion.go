@@ -105,11 +105,10 @@ func (s *Store) MarkSandboxDeleting(ctx context.Context, ws, name string, pre Pr
 		// Then reads the record back at the intent's revision: from here on
 		// only the deletion protocol writes it, so the mark can start from
 		// this copy without another read.
-		tx, terr := s.c.Txn(ctx).If(cmps...).
-			Then(clientv3.OpPut(intent, cur.Meta.Uid), clientv3.OpGet(key)).
-			Else(clientv3.OpGet(key)).Commit()
+		tx, terr := s.txn(ctx, "delete intent", intent, cmps,
+			[]clientv3.Op{clientv3.OpPut(intent, cur.Meta.Uid), clientv3.OpGet(key)}, []clientv3.Op{clientv3.OpGet(key)})
 		if terr != nil {
-			return nil, etcdErr(ctx, terr)
+			return nil, terr
 		}
 		if tx.Succeeded {
 			var start *cached[*shoalv1.Sandbox]
@@ -164,12 +163,9 @@ func (s *Store) mark(ctx context.Context, ws, name, uid string, start *cached[*s
 // only while the deletion of exactly this uid is pending; for a sandbox
 // already removed nothing is written and nil is returned.
 func (s *Store) RecordTeardown(ctx context.Context, ws, name, uid string) error {
-	_, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.Value(s.k.intent(ws, name)), "=", uid)).
-		Then(clientv3.OpPut(s.k.torndown(ws, name), uid)).Commit()
-	if err != nil {
-		return etcdErr(ctx, err)
-	}
-	return nil
+	_, err := s.txn(ctx, "record teardown", s.k.torndown(ws, name), []clientv3.Cmp{clientv3.Compare(clientv3.Value(s.k.intent(ws, name)), "=", uid)},
+		[]clientv3.Op{clientv3.OpPut(s.k.torndown(ws, name), uid)}, nil)
+	return err
 }
 
 // OwnerPending is RemoveSandbox's answer while step 2 is not done: the

@@ -7,6 +7,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	shoalv1 "shoal/api/shoal/v1"
 	"shoal/internal/testenv"
 	"shoal/metrics"
 	"shoal/store"
@@ -120,6 +121,69 @@ func TestFencedTxnsOutsideTheUpdateLoop(t *testing.T) {
 	for _, what := range []string{"stale intent removed", "stray key removed"} {
 		if committed[what] != 1 {
 			t.Errorf("committed %q spans: %d, want 1 (all: %v)", what, committed[what], committed)
+		}
+	}
+}
+
+// Every write outside the update loop leaves a "store.txn" span naming it:
+// a delete's intent, the owner's teardown record, the node registry's
+// writes, `node remove`, the records made once, and the snapshot's read.
+func TestEveryTxnHasASpan(t *testing.T) {
+	c, _ := testenv.Etcd(t)
+	ctx := ctxT(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { _ = tp.Shutdown(ctx) })
+	s := store.New(c, store.Options{Tracer: tp.Tracer("test")})
+	if _, err := s.ClusterID(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RegisterNode(ctx, store.Registration{Node: &shoalv1.Node{Name: "n1", Address: "n1:7443"}, Instance: "i"}, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CordonNode(ctx, "n1", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CordonNode(ctx, "n1", false); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := s.CreateSandboxOn(ctx, sandbox("a"), store.Placement{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkSandboxDeleting(ctx, "default", "a", store.Preconditions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecordTeardown(ctx, "default", "a", sb.Meta.Uid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Snapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Revoke(ctx, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ForgetNode(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, sp := range rec.Ended() {
+		if sp.Name() != "store.txn" {
+			continue
+		}
+		for _, a := range sp.Attributes() {
+			if a.Key == "shoal.txn" {
+				got[a.Value.AsString()]++
+			}
+		}
+	}
+	for what, n := range map[string]int{"make once": 1, "register node": 1, "cordon node": 2, "delete intent": 1, "record teardown": 1, "snapshot": 1, "forget node": 1} {
+		if got[what] < n {
+			t.Errorf("%d %q spans, want at least %d (all: %v)", got[what], what, n, got)
 		}
 	}
 }

@@ -55,9 +55,9 @@ func (s *Store) AdmitKeyRing(ctx context.Context) error {
 			}
 			fp, _ := s.keys.Fingerprint(s.keys.Current())
 			b, _ := json.Marshal(keyState{Current: s.keys.Current(), Fingerprint: fp, Since: s.now()})
-			resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).Then(clientv3.OpPut(key, string(b))).Commit()
+			resp, err := s.txn(ctx, "record encryption key", key, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}, []clientv3.Op{clientv3.OpPut(key, string(b))}, nil)
 			if err != nil {
-				return etcdErr(ctx, err)
+				return err
 			}
 			if resp.Succeeded {
 				return nil
@@ -149,9 +149,9 @@ func (s *Store) BeginRotation(ctx context.Context, nodeKeys map[string]string) e
 			next.Retired = append(slices.Clone(st.Retired), st.Current)
 		}
 		b, _ := json.Marshal(next)
-		resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpPut(key, string(b))).Commit()
+		resp, err := s.txn(ctx, "rotate encryption key", key, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}, []clientv3.Op{clientv3.OpPut(key, string(b))}, nil)
 		if err != nil {
-			return etcdErr(ctx, err)
+			return err
 		}
 		if resp.Succeeded {
 			s.log.Info("the cluster seals credentials with a new key", "key", cur, "retired", next.Retired)

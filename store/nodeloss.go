@@ -213,13 +213,12 @@ func SetCondition(st *shoalv1.SandboxStatus, typ, status, reason, msg string) {
 // once none is left (CompleteForget). A Ready node is refused.
 func (s *Store) ForgetNode(ctx context.Context, id string) error {
 	key, info := s.k.node(id), s.k.nodeInfo(id)
-	resp, err := s.c.Txn(ctx).If(
+	resp, err := s.txn(ctx, "forget node", s.k.forget(id), []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(info), ">", 0),
-	).Then(clientv3.OpPut(s.k.forget(id), lostValue(s.now()))).
-		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+	}, []clientv3.Op{clientv3.OpPut(s.k.forget(id), lostValue(s.now()))}, []clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())})
 	if err != nil {
-		return etcdErr(ctx, err)
+		return err
 	}
 	if resp.Succeeded {
 		return nil

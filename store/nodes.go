@@ -65,14 +65,13 @@ func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3
 	}
 	key, info := s.k.node(n.Name), s.k.nodeInfo(n.Name)
 	for attempt := 0; ; attempt++ {
-		resp, err := s.c.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease)), clientv3.OpPut(info, string(val)),
+		resp, err := s.txn(ctx, "register node", key, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+			[]clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(lease)), clientv3.OpPut(info, string(val)),
 				// Back: no longer lost, nor being forgotten (nodeloss.go).
-				clientv3.OpDelete(s.k.lost(n.Name)), clientv3.OpDelete(s.k.forget(n.Name))).
-			Else(clientv3.OpGet(key)).Commit()
+				clientv3.OpDelete(s.k.lost(n.Name)), clientv3.OpDelete(s.k.forget(n.Name))},
+			[]clientv3.Op{clientv3.OpGet(key)})
 		if err != nil {
-			return etcdErr(ctx, err)
+			return err
 		}
 		if resp.Succeeded {
 			return nil
@@ -112,9 +111,9 @@ func (s *Store) CordonNode(ctx context.Context, id string, cordon bool) error {
 	} else {
 		op = clientv3.OpDelete(s.k.cordon(id))
 	}
-	resp, err := s.c.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(s.k.nodeInfo(id)), ">", 0)).Then(op).Commit()
+	resp, err := s.txn(ctx, "cordon node", s.k.cordon(id), []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.k.nodeInfo(id)), ">", 0)}, []clientv3.Op{op}, nil)
 	if err != nil {
-		return etcdErr(ctx, err)
+		return err
 	}
 	if !resp.Succeeded {
 		return shoal.NotFound("node %q not found; `shoal node list` shows the known nodes", id)

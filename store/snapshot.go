@@ -28,14 +28,14 @@ type Snapshot struct {
 // Snapshot reads the whole keyspace in one Txn, so the parts are mutually
 // consistent. Corrupt records are left out (and logged).
 func (s *Store) Snapshot(ctx context.Context) (*Snapshot, error) {
-	resp, err := s.c.Txn(ctx).Then(
+	resp, err := s.txn(ctx, "snapshot", s.k.prefix+"/", nil, []clientv3.Op{
 		clientv3.OpGet(s.k.allSandboxes(), clientv3.WithPrefix()),
 		clientv3.OpGet(s.k.allProviders(), clientv3.WithPrefix()),
 		clientv3.OpGet(s.k.prefix+"/attach/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.k.prefix+"/release/", clientv3.WithPrefix()),
-	).Commit()
+	}, nil)
 	if err != nil {
-		return nil, etcdErr(ctx, err)
+		return nil, err
 	}
 	snap := &Snapshot{Revision: resp.Header.Revision}
 	for _, kv := range resp.Responses[0].GetResponseRange().GetKvs() {

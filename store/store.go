@@ -185,6 +185,13 @@ func (s *Store) fencedTxn(ctx context.Context, what, key string, fence *Fence, c
 	return resp, false, nil
 }
 
+// txn is one Txn outside the update loop, with the "store.txn" span that
+// names what it does and its key; an error is etcdErr's.
+func (s *Store) txn(ctx context.Context, what, key string, cmps []clientv3.Cmp, then, els []clientv3.Op) (*clientv3.TxnResponse, error) {
+	resp, _, err := s.fencedTxn(ctx, what, key, nil, cmps, then, els)
+	return resp, err
+}
+
 // ErrFenced is returned for a fenced write after leadership was lost.
 var ErrFenced = &shoal.Error{Kind: shoal.KindUnavailable, Msg: "write fenced out: this node no longer holds the leader lease"}
 
