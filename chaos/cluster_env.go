@@ -149,6 +149,8 @@ func (e *env) nodeLogs(ctx context.Context) ([]string, error) {
 
 // leaderIndex is the index of the node that leads now (-1 if none).
 func (e *env) leaderIndex(ctx context.Context) int {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	t, ok, err := lease.Current(ctx, e.raw, e.st.LeaderPrefix(), e.st.LeaderTermKey())
 	if err != nil || !ok {
 		return -1

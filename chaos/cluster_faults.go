@@ -125,7 +125,11 @@ func (f *hostKill) Failover() time.Duration { return f.took }
 func (e *env) failoverSince(ctx context.Context, old string, at time.Time) time.Duration {
 	deadline := time.Now().Add(clusterLease + 10*time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		t, ok, err := lease.Current(ctx, e.raw, e.st.LeaderPrefix(), e.st.LeaderTermKey())
+		// Each read bounded: one stuck on the dead member's connection
+		// must not take the heal's whole budget.
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		t, ok, err := lease.Current(cctx, e.raw, e.st.LeaderPrefix(), e.st.LeaderTermKey())
+		cancel()
 		if err == nil && ok && t.Node != old && !t.Since.IsZero() && t.Since.After(at) {
 			return t.Since.Sub(at)
 		}

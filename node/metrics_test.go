@@ -152,6 +152,20 @@ func TestMetricsMoveWithCalls(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", g.name, g.labels, got, g.want)
 		}
 	}
+	// A delete is a teardown on the owner; this node began one term.
+	if _, err := n.Client.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: "m", Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	last := scrape(t, addr)
+	if grew := value(last, "shoal_teardown_duration_seconds", nil) - value(after, "shoal_teardown_duration_seconds", nil); grew < 1 {
+		t.Errorf("shoal_teardown_duration_seconds grew by %v after a delete", grew)
+	}
+	if v := value(last, "shoal_leader_terms_total", nil); v != 1 {
+		t.Errorf("shoal_leader_terms_total = %v, want 1", v)
+	}
+	if v := value(last, "shoal_sandboxes", map[string]string{"node": cfg.ID}); v > 0 {
+		t.Errorf("shoal_sandboxes on %s = %v after the delete, want none", cfg.ID, v)
+	}
 	if !strings.HasPrefix(fmt.Sprint(after["go_goroutines"].GetType()), "GAUGE") {
 		t.Errorf("Go runtime metrics missing")
 	}
@@ -208,5 +222,91 @@ func TestTakenMetricsAddressFailsBeforeRegistering(t *testing.T) {
 	}
 	if _, err := voter.Store().GetNode(ctx, wcfg.ID); shoal.KindOf(err) != shoal.KindNotFound {
 		t.Fatalf("the failed node is in the registry: %v", err)
+	}
+}
+
+// /readyz says 503, with the reason, once the node's etcd is gone (a
+// worker whose voter stopped), while /healthz still answers: the process
+// lives, but nothing should be sent to it.
+func TestReadyzWhenEtcdIsGone(t *testing.T) {
+	vcfg := testenv.NodeConfig(t)
+	vcfg.Runtime = node.RuntimeHollow
+	voter := testenv.StartNode(t, vcfg)
+	wcfg := testenv.NodeConfig(t)
+	wcfg.ID += "-w"
+	wcfg.Runtime = node.RuntimeHollow
+	wcfg.EtcdEndpoints = []string{voter.EtcdEndpoint()}
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	wcfg.MetricsListen = addr
+	testenv.StartNode(t, wcfg)
+	get := func(path string) (int, string, error) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), nil
+	}
+	testenv.Eventually(t, 30*time.Second, "the worker is ready", func() (bool, error) {
+		code, body, err := get("/readyz")
+		return code == 200, fmt.Errorf("%d %s %v", code, body, err)
+	})
+	voter.Stop()
+	testenv.Eventually(t, time.Minute, "/readyz 503 without etcd", func() (bool, error) {
+		code, body, err := get("/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "not ready: ") &&
+			(strings.Contains(body, "etcd") || strings.Contains(body, "liveness lease")), fmt.Errorf("%d %s %v", code, body, err)
+	})
+	if code, _, err := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz without etcd: %d %v", code, err)
+	}
+}
+
+// A node without the watch cache (--watch-cache=false) serves the same
+// API from etcd: create, get, list, update and delete work; the cache's
+// metrics and the gauges read from it are absent, not zero.
+func TestNodeWithoutWatchCache(t *testing.T) {
+	cfg := testenv.NodeConfig(t)
+	cfg.Runtime = node.RuntimeHollow
+	cfg.WatchCache = false
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg.MetricsListen = addr
+	n := testenv.StartNode(t, cfg)
+	if n.Store().Cache() != nil {
+		t.Fatal("a watch cache with WatchCache false")
+	}
+	ctx := ctxT(t, 2*time.Minute)
+	for _, name := range []string{"a", "b"} {
+		sb, err := n.Client.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: name}}})
+		if err != nil || sb.Status.Phase != shoalv1.SandboxPhase_READY || sb.Spec.Node != cfg.ID {
+			t.Fatalf("create %s: %v %v", name, sb, err)
+		}
+	}
+	if _, err := n.Client.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: "a", SetLabels: map[string]string{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := n.Client.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "a"})
+	if err != nil || got.Meta.Labels["k"] != "v" {
+		t.Fatalf("get after update: %v %v", got, err)
+	}
+	list, err := n.Client.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{LabelSelector: "k=v"})
+	if err != nil || len(list.Items) != 1 || list.Items[0].Meta.Name != "a" {
+		t.Fatalf("list k=v: %v %v", list, err)
+	}
+	if _, err := n.Client.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: "b", Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	if nodes, err := n.Store().Nodes(ctx); err != nil || len(nodes) != 1 || nodes[0].Status.Sandboxes != 1 {
+		t.Fatalf("nodes: %v %v", nodes, err)
+	}
+	fams := scrape(t, addr)
+	for _, name := range []string{"shoal_sandboxes", "shoal_providers", "shoal_watch_cache_reads_served_total", "shoal_watch_cache_lag_revisions"} {
+		if fams[name] != nil {
+			t.Errorf("%s is exposed without a watch cache", name)
+		}
+	}
+	if value(fams, "shoal_api_requests_total", map[string]string{"method": "/shoal.v1.Shoal/CreateSandbox", "code": "OK"}) != 2 {
+		t.Error("API calls not counted without a watch cache")
 	}
 }

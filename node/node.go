@@ -369,8 +369,23 @@ func (n *Node) Run(ctx context.Context) error {
 		gs.Stop()
 		<-stopped
 	}
-	if err := loops.Wait(); err != nil && runErr == nil && !errors.Is(err, context.Canceled) {
-		runErr = err
+	loopsDone := make(chan error, 1)
+	go func() { loopsDone <- loops.Wait() }()
+	var loopsErr error
+	select {
+	case loopsErr = <-loopsDone:
+	case <-time.After(cfg.LeaseTTL + 5*time.Second):
+		// etcd's concurrency package cleans up a cancelled campaign with
+		// the client's own context (Election.Campaign calls
+		// Resign(client.Ctx())), which ends only when the client closes:
+		// with etcd unreachable that call, and so the shutdown, would
+		// wait forever. Closing the client ends every call stuck on it.
+		n.log.Warn("the node's loops still run after the stop; closing its etcd client so that calls stuck on it end")
+		_ = cli.Close()
+		loopsErr = <-loopsDone
+	}
+	if loopsErr != nil && runErr == nil && !errors.Is(loopsErr, context.Canceled) {
+		runErr = loopsErr
 	}
 	return runErr
 }
@@ -432,15 +447,17 @@ func (n *Node) observe(m *metrics.Metrics, st *store.Store, el *lease.Elector, r
 	m.Gauge("shoal_leader", "1 while this node leads (holds the leader lease).", func() float64 { return b(el.IsLeader()) })
 	m.CounterFunc("shoal_leader_terms_total", "Terms this node has begun as leader.", func() float64 { return float64(el.Terms()) })
 	m.Gauge("shoal_node_lease_held", "1 while this node holds its liveness lease.", func() float64 { return b(reg.Held()) })
-	m.Labelled("shoal_sandboxes", "Sandboxes by phase and node, as this node's watch cache has them.", []string{"phase", "node"}, func() map[[2]string]float64 {
-		c, _, _ := st.SandboxCounts()
-		return c
-	})
-	m.Gauge("shoal_providers", "Providers, as this node's watch cache has them.", func() float64 {
-		_, p, _ := st.SandboxCounts()
-		return float64(p)
-	})
 	if c := st.Cache(); c != nil {
+		// From the watch cache's copy only: without it a scrape would
+		// read the whole keyspace, so the two gauges are absent.
+		m.Labelled("shoal_sandboxes", "Sandboxes by phase and node, as this node's watch cache has them.", []string{"phase", "node"}, func() map[[2]string]float64 {
+			c, _, _ := st.SandboxCounts()
+			return c
+		})
+		m.Gauge("shoal_providers", "Providers, as this node's watch cache has them.", func() float64 {
+			_, p, _ := st.SandboxCounts()
+			return float64(p)
+		})
 		m.CounterFunc("shoal_watch_cache_reads_served_total", "Reads served from the watch cache.", func() float64 { return float64(c.Stats().Served) })
 		m.CounterFunc("shoal_watch_cache_fallbacks_total", "Reads sent to etcd because the watch cache lagged past its bound.", func() float64 { return float64(c.Stats().Fallbacks) })
 		m.CounterFunc("shoal_watch_cache_relists_total", "Relists of the watch cache after a compacted resume.", func() float64 { return float64(c.Stats().Relists) })

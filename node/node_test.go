@@ -187,7 +187,10 @@ func TestDeleteUnderIdenticalRewrites(t *testing.T) {
 // it stays deletable. A labelled container with no record is reaped.
 func TestExternalRemovalAndOrphans(t *testing.T) {
 	dc := testenv.RequireDocker(t)
-	n := testenv.StartNode(t, testenv.NodeConfig(t))
+	cfg := testenv.NodeConfig(t)
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg.MetricsListen = metricsAddr
+	n := testenv.StartNode(t, cfg)
 	ctx := ctxT(t, 5*time.Minute)
 	sb := mkSandbox(t, ctx, n.Client, "victim", true)
 	if err := dc.ContainerRemove(ctx, sb.Status.ContainerId, container.RemoveOptions{Force: true}); err != nil {
@@ -226,6 +229,14 @@ func TestExternalRemovalAndOrphans(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "the agent counted the reap", func() (bool, error) {
 		return n.OrphansReaped() >= 1, nil
 	})
+	// ... and so does its metric; the delete was a teardown.
+	fams := scrape(t, metricsAddr)
+	if v := value(fams, "shoal_orphans_reaped_total", nil); v < 1 {
+		t.Errorf("shoal_orphans_reaped_total = %v after a reap", v)
+	}
+	if v := value(fams, "shoal_teardown_duration_seconds", nil); v < 1 {
+		t.Errorf("shoal_teardown_duration_seconds counts %v teardowns after a delete", v)
+	}
 }
 
 // f. A stale delete with an old uid precondition against a same-name

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -117,7 +118,8 @@ func StartNodes(t testing.TB, cfgs ...node.Config) []*Node {
 					t.Errorf("node %s run: %v", cfg.ID, err)
 				}
 			case <-time.After(60 * time.Second):
-				t.Errorf("node %s did not stop within 60s", cfg.ID)
+				buf := make([]byte, 4<<20)
+				t.Errorf("node %s did not stop within 60s; goroutines:\n%s", cfg.ID, buf[:runtime.Stack(buf, true)])
 			}
 		}
 		// Cleanups run last-in first-out: stop the node first, then
