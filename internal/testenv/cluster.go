@@ -28,6 +28,7 @@ import (
 	"shoal/embedetcd"
 	"shoal/internal/engine"
 	"shoal/internal/proc"
+	"shoal/pki"
 )
 
 // ClusterConfig shapes a test cluster. The zero value is three nodes with
@@ -57,6 +58,11 @@ type ClusterConfig struct {
 	// environment (SHOAL_CHAOS_BREAK=...).
 	Binary string
 	Env    []string
+	// TLS runs the cluster on mutual TLS (it needs Voters > 0): a CA and
+	// certificates from pki.Init, https etcd URLs, the nodes' --tls-*
+	// flags; Client and ClusterClient dial with the admin's certificate,
+	// Etcd with node 0's.
+	TLS bool
 }
 
 // Cluster is a shoal cluster of child processes of the built binary, each
@@ -73,6 +79,9 @@ type Cluster struct {
 	// initialCluster is the voters' --etcd-initial-cluster.
 	initialCluster string
 	shutdownOnce   sync.Once
+
+	// pki is the certificates' directory (TLS).
+	pki string
 
 	// mu guards the growth of nodes (Join) and cut against the proxies'
 	// source lookups, which run on the proxies' goroutines.
@@ -129,7 +138,13 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	if cfg.Binary == "" {
 		cfg.Binary = Binary(t)
 	}
+	if cfg.TLS && cfg.Voters == 0 {
+		t.Fatal("testenv: ClusterConfig.TLS needs Voters > 0 (the test's own etcd is plaintext)")
+	}
 	c := &Cluster{t: t, cfg: cfg, bin: cfg.Binary, cut: map[string]bool{}}
+	if cfg.TLS {
+		c.pki = t.TempDir()
+	}
 	if cfg.Voters == 0 {
 		c.etcd, c.etcdS = Etcd(t)
 	}
@@ -159,7 +174,7 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 			t.Cleanup(func() { n.proxy.Close() })
 		case i < cfg.Voters:
 			c.newVoter(n)
-			peers = append(peers, n.id+"=http://"+n.peerProxy.Addr())
+			peers = append(peers, n.id+"="+c.scheme()+"://"+n.peerProxy.Addr())
 		}
 		c.mu.Lock() // the voters' proxies run already
 		c.nodes = append(c.nodes, n)
@@ -178,7 +193,15 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	}
 	t.Logf("testenv: %d nodes serving in %s", len(c.nodes), time.Since(t0).Round(time.Millisecond))
 	if cfg.Voters > 0 {
-		cli, err := embedetcd.DialMembers(c.voterClientURLs())
+		var opts []embedetcd.DialOption
+		if cfg.TLS {
+			tr, err := c.files(c.nodes[0].id).Transport()
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts = append(opts, embedetcd.WithTLS(tr.ClientTLS()))
+		}
+		cli, err := embedetcd.DialMembers(c.voterClientURLs(), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -196,9 +219,22 @@ func (c *Cluster) nodeID(i int) string { return fmt.Sprintf("%s-n%d", c.prefix, 
 func (c *Cluster) newNode(id string, e *Engine) *clusterNode {
 	c.t.Helper()
 	n := &clusterNode{id: id, engine: e, dir: c.t.TempDir(), addr: fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))}
+	creds := insecure.NewCredentials()
+	if c.cfg.TLS {
+		// One more node's certificate; the CA and the client
+		// certificates come with the first.
+		if _, err := pki.Init(pki.InitOptions{Dir: c.pki, Nodes: []string{id}}); err != nil {
+			c.t.Fatal(err)
+		}
+		tr, err := c.files("admin").Transport()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		creds = tr.DialCreds()
+	}
 	var err error
 	n.conn, err = grpc.NewClient(n.addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
 			MinConnectTimeout: 2 * time.Second,
@@ -218,8 +254,8 @@ func (c *Cluster) newVoter(n *clusterNode) {
 	c.t.Helper()
 	n.voter = true
 	cp, pp := FreePort(c.t), FreePort(c.t)
-	n.listenClient = fmt.Sprintf("http://127.0.0.1:%d", cp)
-	n.listenPeer = fmt.Sprintf("http://127.0.0.1:%d", pp)
+	n.listenClient = fmt.Sprintf("%s://127.0.0.1:%d", c.scheme(), cp)
+	n.listenPeer = fmt.Sprintf("%s://127.0.0.1:%d", c.scheme(), pp)
 	var err error
 	if n.clientProxy, err = tcpproxy.Start(fmt.Sprintf("127.0.0.1:%d", cp), tcpproxy.WithSource(c.source)); err != nil {
 		c.t.Fatal(err)
@@ -265,7 +301,7 @@ func (c *Cluster) voterClientURLs() []string {
 	var us []string
 	for _, n := range c.nodes {
 		if n.voter {
-			us = append(us, "http://"+n.clientProxy.Addr())
+			us = append(us, c.scheme()+"://"+n.clientProxy.Addr())
 		}
 	}
 	return us
@@ -531,8 +567,8 @@ func (c *Cluster) args(n *clusterNode) []string {
 		args = append(args,
 			"--etcd-listen-client", n.listenClient,
 			"--etcd-listen-peer", n.listenPeer,
-			"--etcd-advertise-client", "http://"+n.clientProxy.Addr(),
-			"--etcd-advertise-peer", "http://"+n.peerProxy.Addr())
+			"--etcd-advertise-client", c.scheme()+"://"+n.clientProxy.Addr(),
+			"--etcd-advertise-peer", c.scheme()+"://"+n.peerProxy.Addr())
 		if n.join != "" {
 			args = append(args, "--join", n.join)
 		} else {
@@ -547,6 +583,10 @@ func (c *Cluster) args(n *clusterNode) []string {
 	)
 	if n.engine.Host != "" {
 		args = append(args, "--docker-host", n.engine.Host)
+	}
+	if c.cfg.TLS {
+		f := c.files(n.id)
+		args = append(args, "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA)
 	}
 	return append(args, c.cfg.Args...)
 }
@@ -652,3 +692,20 @@ func (c *Cluster) engines() []*Engine {
 	}
 	return out
 }
+
+func (c *Cluster) scheme() string {
+	if c.cfg.TLS {
+		return "https"
+	}
+	return "http"
+}
+
+// files are the certificate files of name (a node id, or a role's client
+// certificate) in a TLS cluster's certificates directory.
+func (c *Cluster) files(name string) pki.Files {
+	return pki.Files{Cert: filepath.Join(c.pki, name+".crt"), Key: filepath.Join(c.pki, name+".key"), CA: filepath.Join(c.pki, "ca.crt")}
+}
+
+// TLSFiles are the certificate files of name in a TLS cluster (a node id,
+// or "admin", "operator", "viewer"): for the CLI's --tls-* flags.
+func (c *Cluster) TLSFiles(name string) pki.Files { return c.files(name) }

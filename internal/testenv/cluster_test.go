@@ -285,3 +285,83 @@ func onlyOn(t *testing.T, ctx context.Context, c *testenv.Cluster, i int, id str
 		}
 	}
 }
+
+// Three voters on mutual TLS (hollow sandboxes), the shoal leader's
+// process killed (SIGKILL, no resignation) and, in a second round, a
+// voter cut off the network: through a survivor, a new shoal leader, the
+// etcd member list and the cluster status answer within the lease TTL and
+// etcd's election, a sandbox on the lost node is deleted (after its fence
+// time) and a new one runs; the killed node restarts and serves again,
+// over TLS.
+func TestTLSClusterFailover(t *testing.T) {
+	start := time.Now()
+	c := testenv.StartCluster(t, testenv.ClusterConfig{Voters: 3, TLS: true, SharedEngine: true, Args: []string{"--runtime", "hollow"}})
+	t.Logf("3 TLS voters up in %s", time.Since(start).Round(time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	leaderOf := func(i int) (string, error) {
+		sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+		defer scancel()
+		st, err := c.ClusterClient(i).Status(sctx, &shoalv1.ClusterStatusRequest{})
+		if err != nil {
+			return "", err
+		}
+		return st.LeaderNode, nil
+	}
+	index := func(id string) int {
+		for i := range c.Len() {
+			if c.ID(i) == id {
+				return i
+			}
+		}
+		return -1
+	}
+	var lead string
+	testenv.Eventually(t, 30*time.Second, "a shoal leader", func() (bool, error) {
+		var err error
+		lead, err = leaderOf(0)
+		return lead != "" && err == nil, err
+	})
+	for round, how := range []string{"kill", "cut off"} {
+		lost := index(lead)
+		survivor := (lost + 1) % 3
+		name := fmt.Sprintf("on-lost-%d", round)
+		create(t, ctx, c.Client(survivor), name, lead)
+		t0 := time.Now()
+		if how == "kill" {
+			c.Kill(lost)
+		} else {
+			c.CutOff(lost)
+		}
+		testenv.Eventually(t, 30*time.Second, "another shoal leader seen through node "+c.ID(survivor), func() (bool, error) {
+			l, err := leaderOf(survivor)
+			if err != nil || l == "" || l == lead {
+				return false, fmt.Errorf("leader %q: %v", l, err)
+			}
+			lead = l
+			return true, nil
+		})
+		t.Logf("%s: a new leader %s after %s", how, lead, time.Since(t0).Round(time.Millisecond))
+		testenv.Eventually(t, 20*time.Second, "the member list through node "+c.ID(survivor), func() (bool, error) {
+			sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+			defer scancel()
+			ms, err := c.ClusterClient(survivor).ListMembers(sctx, &shoalv1.ListMembersRequest{})
+			return err == nil && len(ms.GetMembers()) == 3, err
+		})
+		t.Logf("%s: member list answers %s after", how, time.Since(t0).Round(time.Millisecond))
+		dctx, dcancel := context.WithTimeout(ctx, time.Minute)
+		_, err := c.Client(survivor).DeleteSandbox(dctx, &shoalv1.DeleteSandboxRequest{Name: name, Wait: true})
+		dcancel()
+		if err != nil {
+			t.Fatalf("%s: delete the lost node's sandbox through a survivor: %v", how, err)
+		}
+		t.Logf("%s: its sandbox deleted %s after", how, time.Since(t0).Round(time.Millisecond))
+		create(t, ctx, c.Client(survivor), fmt.Sprintf("after-%d", round), "")
+		if how == "kill" {
+			c.Restart(lost)
+		} else {
+			c.Heal(lost)
+		}
+		c.WaitReady(lost)
+	}
+}
