@@ -1,7 +1,9 @@
 package store_test
 
 import (
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -219,5 +221,85 @@ func TestKeyRingAdmission(t *testing.T) {
 	}
 	if err := with(r123).AdmitKeyRing(ctx); shoal.KindOf(err) != shoal.KindDataLoss {
 		t.Fatalf("a damaged record: %v", err)
+	}
+}
+
+// A rotation under concurrent writers (label changes and new credential
+// values through the update loop, as on the other nodes, all sealing with
+// k2) loses no write: afterwards every value is under k2 and opens to the
+// last value written, every label is the last one written.
+func TestRotationUnderConcurrentWriters(t *testing.T) {
+	c, _ := testenv.Etcd(t)
+	ctx := ctxT(t)
+	file1, k1 := ring(t, nil, "k1")
+	old := store.New(c, store.Options{Keys: k1})
+	const n = 12
+	for i := range n {
+		if _, err := old.CreateProvider(ctx, &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: fmt.Sprintf("p%d", i), Labels: map[string]string{"v": "0"}},
+			Type: shoalv1.ProviderType_GENERIC, Credentials: map[string]string{"TOKEN": "t-0", "OTHER": "o-0"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, both := ring(t, file1, "k2")
+	rot, writer := store.New(c, store.Options{Keys: both}), store.New(c, store.Options{Keys: both})
+	const writes = 15
+	var wg sync.WaitGroup
+	errs := make(chan error, 3*n)
+	for i := range n {
+		name := fmt.Sprintf("p%d", i)
+		wg.Go(func() { // labels
+			for w := 1; w <= writes; w++ {
+				if _, err := writer.UpdateProvider(ctx, "default", name, store.Preconditions{}, func(p *shoalv1.Provider) error {
+					p.Meta.Labels["v"] = fmt.Sprint(w)
+					return nil
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+		wg.Go(func() { // a credential's value
+			for w := 1; w <= writes; w++ {
+				if _, err := writer.UpdateProvider(ctx, "default", name, store.Preconditions{}, func(p *shoalv1.Provider) error {
+					p.Credentials["TOKEN"] = fmt.Sprintf("t-%d", w)
+					return nil
+				}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+		wg.Go(func() { // the rotation, twice (a resumed one)
+			for range 2 {
+				if _, err := rot.RotateCredentials(ctx, "default", name); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for i := range n {
+		name := fmt.Sprintf("p%d", i)
+		p, err := rot.GetProvider(ctx, "default", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range p.Credentials {
+			if key, _ := encryption.KeyOf(v); key != "k2" {
+				t.Errorf("%s %s is under %q", name, k, key)
+			}
+		}
+		creds, err := rot.OpenCredentials(p)
+		if err != nil || creds["TOKEN"] != fmt.Sprintf("t-%d", writes) || creds["OTHER"] != "o-0" || p.Meta.Labels["v"] != fmt.Sprint(writes) {
+			t.Errorf("%s: credentials %v (%v), label %q; want t-%d, o-0, %d", name, creds, err, p.Meta.Labels["v"], writes, writes)
+		}
+	}
+	if rawHas(t, c, "t-0") || rawHas(t, c, "o-0") {
+		t.Fatal("a plaintext value in etcd")
 	}
 }
