@@ -89,6 +89,7 @@ func TestHollowSmoke(t *testing.T) {
 		}
 		return ready == sandboxes, fmt.Errorf("%d of %d READY", ready, sandboxes)
 	})
+	t.Logf("placed per node: %v", perNode)
 	if len(perNode) != nodes {
 		t.Errorf("placed on %d nodes, want all %d: %v", len(perNode), nodes, perNode)
 	}

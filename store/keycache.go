@@ -17,8 +17,8 @@ import (
 // the node registry (its live keys and cordons) and the create's Txn
 // compares that node's live key at the revision the copy had and that it
 // is not cordoned, so a stale copy costs a retry (from etcd), never a
-// sandbox on a node that left, was cordoned or changed its labels. (Off
-// for now: placeFromCopy in sandbox.go says why.)
+// sandbox on a node that left, was cordoned or changed its labels
+// (placeFromCopy in sandbox.go).
 //
 // It follows its prefix like a kindCache (follow): listed once, watched
 // from the list's revision, resumed after a break, listed again only

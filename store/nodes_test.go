@@ -299,6 +299,12 @@ func TestConcurrentCreatesSpreadFromTheCache(t *testing.T) {
 	for _, n := range nodes {
 		register(t, writer, raw, n, 0, nil)
 	}
+	// Placement chooses among the nodes its copy of the registry has (a
+	// node that registered a moment ago is chosen once the copy has it).
+	testenv.Eventually(t, 10*time.Second, "the registry copy has the 4 nodes", func() (bool, error) {
+		live, _, usable := b.RegistryCopyForTest()
+		return usable && len(live) == len(nodes), fmt.Errorf("live %v, usable %v", live, usable)
+	})
 	const creates = 80
 	var wg sync.WaitGroup
 	errs := make(chan error, creates)

@@ -93,10 +93,11 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 			// ones after a conflict read etcd.
 			attempts++
 			var err error
-			// Not from the copy yet (placeFromCopy): concurrent creates
-			// deciding at once on the copy's counts all chose the same
-			// node (the hollow smoke test saw 98/84/14/2/2 over five
-			// nodes); the registry read gives the counts time to catch up.
+			// The first choice from the copy (placeFromCopy): the counts
+			// include this node's creates in flight and those the copy
+			// has not seen yet (pickFewest), so a burst of concurrent
+			// creates spreads (it did not before that: the hollow smoke
+			// test saw 98/84/14/2/2 over five nodes).
 			if bind.cmps, bind.ops, err = s.place(ctx, p, next, placeFromCopy && attempts == 1, &hold); err != nil {
 				return nil, err
 			}
@@ -110,9 +111,10 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 }
 
 // placeFromCopy lets a create's first placement come from the watch
-// cache's copy of the registry. Off until placement counts its own
-// in-flight creates per node: see CreateSandboxOn.
-const placeFromCopy = false
+// cache's copy of the registry, so an uncontended create is one Txn. A
+// node that registered a moment ago is chosen once the copy has it; a
+// refusal from the copy is decided again from etcd (place).
+const placeFromCopy = true
 
 // createNamespace derives sandbox uids from create request ids.
 var createNamespace = uuid.MustParse("5c3f7a52-4d0e-4f55-9a55-0b8f1c2d6e01")
