@@ -104,6 +104,9 @@ func (s *ClusterServer) Status(ctx context.Context, _ *shoalv1.ClusterStatusRequ
 		if !t.Since.IsZero() {
 			out.LeaderSince = timestamppb.New(t.Since)
 		}
+		if !t.Synced.IsZero() {
+			out.LeaderSynced = timestamppb.New(t.Synced)
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, statusReadTimeout)
 	defer cancel()

@@ -73,7 +73,7 @@ func TestBenchClusterThroughBinary(t *testing.T) {
 		"--clients", "4", "--growth", "10,40", "--report", dir).must(t, 0, "bench cluster of a tiny fleet")
 	// 40 is past the fleet's 30: measured after the losses, on the live
 	// hollow nodes (the deleted sandbox of the leader's kill no longer counts).
-	for _, want := range []string{"3 hollow nodes × 10 sandboxes", "\n10 ", "\n30 ", "\n40 ", "hollow node SIGKILL → its", "leader SIGKILL → new term recorded"} {
+	for _, want := range []string{"3 hollow nodes × 10 sandboxes", "\n10 ", "\n30 ", "\n40 ", "hollow node SIGKILL → its", "leader SIGKILL → new term recorded", "→ its first resync done: "} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("summary lacks %q:\n%s", want, r.stdout)
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc/codes"
@@ -94,7 +95,11 @@ leader-only write compares.`,
 				if st.LeaderSince != nil {
 					since = fmt.Sprintf("%s (%s ago)", st.LeaderSince.AsTime().Local().Format("2006-01-02 15:04:05"), a.out.age(st.LeaderSince))
 				}
-				fmt.Fprintf(a.stdout, "\nshoal leader: %s   fencing token: %d   since: %s\n", st.LeaderNode, st.FencingToken, since)
+				synced := "not yet (its first resync runs)"
+				if st.LeaderSynced != nil && st.LeaderSince != nil {
+					synced = fmt.Sprintf("%s after it won", st.LeaderSynced.AsTime().Sub(st.LeaderSince.AsTime()).Round(time.Millisecond))
+				}
+				fmt.Fprintf(a.stdout, "\nshoal leader: %s   fencing token: %d   since: %s   caught up: %s\n", st.LeaderNode, st.FencingToken, since, synced)
 			}
 			if st.ClusterId == "" {
 				st.ClusterId = "unknown (etcd has no quorum?)"

@@ -139,8 +139,12 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 	providers := c.cfg.Store.WatchProviders(ctx, 0)
 	nodes := c.cfg.Store.WatchNodeKeys(ctx)
 	teardowns := c.cfg.Store.WatchTeardowns(ctx)
-	// Nodes lost while no leader watched are found by the first resync.
+	// Nodes lost while no leader watched are found by the first resync;
+	// once it has queued everything pending, the term says so.
 	c.resync(ctx, q)
+	if err := l.MarkSynced(ctx); err != nil && ctx.Err() == nil {
+		c.log.Warn("could not record the first resync", "err", err)
+	}
 	tick := time.NewTicker(c.cfg.Resync)
 	defer tick.Stop()
 	for {

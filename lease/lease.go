@@ -59,8 +59,19 @@ func (c *Config) Validate() error {
 
 // Leadership is one term of leadership.
 type Leadership struct {
-	fence store.Fence
-	done  <-chan struct{}
+	fence  store.Fence
+	done   <-chan struct{}
+	synced func(ctx context.Context) error
+}
+
+// MarkSynced records, in the term's record and fenced like every
+// leader-only write, that the leader has caught up with the state it took
+// over (Term.Synced): `cluster status` and the scale figures read it.
+func (l *Leadership) MarkSynced(ctx context.Context) error {
+	if l.synced == nil {
+		return nil
+	}
+	return l.synced(ctx)
 }
 
 // Fence is the token every leader-only write must compare.
@@ -157,12 +168,18 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context, *Leadersh
 	if err := el.Campaign(tctx, e.cfg.ID); err != nil {
 		return fmt.Errorf("campaign: %w", err)
 	}
-	l := &Leadership{fence: store.Fence{Key: el.Key(), Revision: el.Rev()}, done: tctx.Done()}
+	rec := termRecord{Node: e.cfg.ID, Fence: el.Rev(), Since: time.Now().UTC()}
+	l := &Leadership{fence: store.Fence{Key: el.Key(), Revision: el.Rev()}, done: tctx.Done(),
+		synced: func(ctx context.Context) error {
+			r := rec
+			r.Synced = time.Now().UTC()
+			return e.record(ctx, sess, el, r)
+		}}
 	e.mu.Lock()
 	e.leader, e.terms = true, e.terms+1
 	e.mu.Unlock()
 	e.log.Info("became leader", "key", el.Key(), "fence", el.Rev())
-	e.record(tctx, sess, el)
+	_ = e.record(tctx, sess, el, rec)
 	err = lead(tctx, l)
 	e.mu.Lock()
 	e.leader = false

@@ -20,24 +20,30 @@ type Term struct {
 	// Since is when the leader won; zero when it has not recorded that
 	// (yet), or the record is of an earlier term.
 	Since time.Time
+	// Synced is when the leader had caught up with the state it took
+	// over (its first resync: every pending deletion, terminating
+	// provider and lost node listed and queued), recorded by a fenced
+	// write; zero until then.
+	Synced time.Time
 }
 
 // termRecord is the value at Config.TermKey.
 type termRecord struct {
-	Node  string    `json:"node"`
-	Fence int64     `json:"fence"`
-	Since time.Time `json:"since"`
+	Node   string    `json:"node"`
+	Fence  int64     `json:"fence"`
+	Since  time.Time `json:"since"`
+	Synced time.Time `json:"synced,omitzero"`
 }
 
 // record writes the term's record under the term's own lease, so that it
 // goes with the term, and fenced by the election key like every
 // leader-only write: a deposed leader cannot overwrite its successor's.
 // It is informational, so a failure is only logged.
-func (e *Elector) record(ctx context.Context, sess *concurrency.Session, el *concurrency.Election) {
+func (e *Elector) record(ctx context.Context, sess *concurrency.Session, el *concurrency.Election, rec termRecord) error {
 	if e.cfg.TermKey == "" {
-		return
+		return nil
 	}
-	val, err := json.Marshal(termRecord{Node: e.cfg.ID, Fence: el.Rev(), Since: time.Now().UTC()})
+	val, err := json.Marshal(rec)
 	if err == nil {
 		_, err = e.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())).
@@ -47,6 +53,7 @@ func (e *Elector) record(ctx context.Context, sess *concurrency.Session, el *con
 	if err != nil && ctx.Err() == nil {
 		e.log.Warn("could not record the leader term", "key", e.cfg.TermKey, "err", err)
 	}
+	return err
 }
 
 // Current reads the current term in one Txn: the leader is the election
@@ -71,7 +78,7 @@ func Current(ctx context.Context, c *clientv3.Client, prefix, termKey string, op
 	if recs := resp.Responses[1].GetResponseRange().GetKvs(); len(recs) == 1 {
 		var r termRecord
 		if json.Unmarshal(recs[0].Value, &r) == nil && r.Fence == t.Fence {
-			t.Since = r.Since
+			t.Since, t.Synced = r.Since, r.Synced
 		}
 	}
 	return t, true, nil

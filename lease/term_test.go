@@ -54,13 +54,24 @@ func TestCurrentTerm(t *testing.T) {
 	if term.Node != "n1" || term.Key != l.Fence().Key || term.Fence != l.Fence().Revision || term.Since.Before(before.Add(-time.Second)) {
 		t.Fatalf("current term %+v; want n1 at %+v since about %s", term, l.Fence(), before)
 	}
+	// The leader marks when it caught up: Synced, Since kept.
+	if !term.Synced.IsZero() {
+		t.Fatalf("synced before MarkSynced: %+v", term)
+	}
+	if err := l.MarkSynced(ctx); err != nil {
+		t.Fatal(err)
+	}
+	synced, ok, err := lease.Current(ctx, c, s.LeaderPrefix(), s.LeaderTermKey())
+	if err != nil || !ok || synced.Synced.Before(term.Since) || !synced.Since.Equal(term.Since) || synced.Fence != term.Fence {
+		t.Fatalf("after MarkSynced: %+v (%v %v); want since %s kept and synced after it", synced, ok, err, term.Since)
+	}
 	// A stale record (of another fence) does not date the current term,
 	// and the serializable read says the same as the linearizable one.
 	if _, err := c.Put(ctx, s.LeaderTermKey(), `{"node":"old","fence":1,"since":"2020-01-01T00:00:00Z"}`); err != nil {
 		t.Fatal(err)
 	}
-	term, ok, err := lease.Current(ctx, c, s.LeaderPrefix(), s.LeaderTermKey(), clientv3.WithSerializable())
-	if err != nil || !ok || term.Node != "n1" || !term.Since.IsZero() {
+	term, ok, err = lease.Current(ctx, c, s.LeaderPrefix(), s.LeaderTermKey(), clientv3.WithSerializable())
+	if err != nil || !ok || term.Node != "n1" || !term.Since.IsZero() || !term.Synced.IsZero() {
 		t.Fatalf("with a stale record: %+v, %v, %v; want n1 with no since", term, ok, err)
 	}
 }

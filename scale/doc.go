@@ -11,7 +11,8 @@
 // p99 of a paged List of everything, and the API node's RSS. Then, with
 // every sandbox READY, it SIGKILLs one hollow node and times until all its
 // sandboxes are UNKNOWN, and SIGKILLs the leader and times until the new
-// leader has recorded its term and completed a fenced removal (a sandbox
-// deleted at the kill). The report is JSON, a table, and a PNG plot of the
+// leader has recorded its term, until it has recorded (a fenced write) that
+// its first resync is done, and until it has completed a fenced removal (a
+// sandbox deleted at the kill). The report is JSON, a table, and a PNG plot of the
 // growth curve (gonum/plot).
 package scale

@@ -137,8 +137,10 @@ type Report struct {
 	HollowKill      time.Duration `json:"hollow_kill_to_unknown_ns"`
 	HollowKillCount int           `json:"hollow_kill_sandboxes"`
 	// LeaderKill: the leader SIGKILLed → the new leader's term recorded,
+	// → its first resync done (recorded by a fenced write: Term.Synced),
 	// and → its first fenced removal (a sandbox deleted at the kill).
 	LeaderTerm    time.Duration `json:"leader_kill_to_term_ns"`
+	LeaderSynced  time.Duration `json:"leader_kill_to_resync_done_ns"`
 	LeaderRemoval time.Duration `json:"leader_kill_to_fenced_removal_ns"`
 }
 
@@ -644,10 +646,17 @@ func (r *run) killLeader(ctx context.Context, rep *Report) error {
 	}
 	r.records--
 	deadline := t0.Add(r.cfg.LeaseTTL + 2*time.Minute)
-	for rep.LeaderTerm == 0 || rep.LeaderRemoval == 0 {
-		if rep.LeaderTerm == 0 {
-			if nt, ok, err := lease.Current(ctx, r.raw, r.st.LeaderPrefix(), r.st.LeaderTermKey()); err == nil && ok && nt.Node != t.Node && !nt.Since.IsZero() {
-				rep.LeaderTerm = time.Since(t0)
+	for rep.LeaderTerm == 0 || rep.LeaderSynced == 0 || rep.LeaderRemoval == 0 {
+		if rep.LeaderTerm == 0 || rep.LeaderSynced == 0 {
+			if nt, ok, err := lease.Current(ctx, r.raw, r.st.LeaderPrefix(), r.st.LeaderTermKey()); err == nil && ok && nt.Node != t.Node {
+				if rep.LeaderTerm == 0 && !nt.Since.IsZero() {
+					rep.LeaderTerm = time.Since(t0)
+				}
+				if !nt.Synced.IsZero() {
+					// The record's own time (this machine's clock): when
+					// the leader was caught up, not when this poll saw it.
+					rep.LeaderSynced = max(nt.Synced.Sub(t0), time.Millisecond)
+				}
 			}
 		}
 		if rep.LeaderRemoval == 0 {
@@ -656,7 +665,7 @@ func (r *run) killLeader(ctx context.Context, rep *Report) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("leader %s killed: term recorded after %s, %s removed after %s (0: not yet)", t.Node, rep.LeaderTerm, victim, rep.LeaderRemoval)
+			return fmt.Errorf("leader %s killed: term recorded after %s, resync done after %s, %s removed after %s (0: not yet)", t.Node, rep.LeaderTerm, rep.LeaderSynced, victim, rep.LeaderRemoval)
 		}
 		select {
 		case <-ctx.Done():
@@ -664,8 +673,8 @@ func (r *run) killLeader(ctx context.Context, rep *Report) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	r.logf("leader %s SIGKILLed: new term recorded in %s, first fenced removal (%s) in %s (lease TTL %s)", t.Node,
-		rep.LeaderTerm.Round(time.Millisecond), victim, rep.LeaderRemoval.Round(time.Millisecond), r.cfg.LeaseTTL)
+	r.logf("leader %s SIGKILLed: new term recorded in %s, its first resync done in %s, first fenced removal (%s) in %s (lease TTL %s)", t.Node,
+		rep.LeaderTerm.Round(time.Millisecond), rep.LeaderSynced.Round(time.Millisecond), victim, rep.LeaderRemoval.Round(time.Millisecond), r.cfg.LeaseTTL)
 	return nil
 }
 
@@ -717,6 +726,6 @@ func (rep *Report) WriteSummary(w io.Writer) {
 			p.ListP99.Round(time.Microsecond), p.RSSBytes>>20, rep.perRecordKiB(p))
 	}
 	fmt.Fprintf(w, "\nhollow node SIGKILL → its %d sandboxes UNKNOWN: %s\n", rep.HollowKillCount, rep.HollowKill.Round(time.Millisecond))
-	fmt.Fprintf(w, "leader SIGKILL → new term recorded: %s; → first fenced removal: %s\n",
-		rep.LeaderTerm.Round(time.Millisecond), rep.LeaderRemoval.Round(time.Millisecond))
+	fmt.Fprintf(w, "leader SIGKILL → new term recorded: %s; → its first resync done: %s; → first fenced removal: %s\n",
+		rep.LeaderTerm.Round(time.Millisecond), rep.LeaderSynced.Round(time.Millisecond), rep.LeaderRemoval.Round(time.Millisecond))
 }

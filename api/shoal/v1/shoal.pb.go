@@ -2968,9 +2968,12 @@ type ClusterStatus struct {
 	// shoal's leader: the node that drives teardown.
 	LeaderNode string `protobuf:"bytes,2,opt,name=leader_node,json=leaderNode,proto3" json:"leader_node,omitempty"`
 	// The leader key's create revision: the fencing token of its writes.
-	FencingToken  int64                  `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
-	LeaderSince   *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=leader_since,json=leaderSince,proto3" json:"leader_since,omitempty"`
-	ClusterId     string                 `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	FencingToken int64                  `protobuf:"varint,3,opt,name=fencing_token,json=fencingToken,proto3" json:"fencing_token,omitempty"`
+	LeaderSince  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=leader_since,json=leaderSince,proto3" json:"leader_since,omitempty"`
+	ClusterId    string                 `protobuf:"bytes,5,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// When the leader had caught up with the state it took over (its first
+	// resync done); unset until then.
+	LeaderSynced  *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=leader_synced,json=leaderSynced,proto3" json:"leader_synced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3038,6 +3041,13 @@ func (x *ClusterStatus) GetClusterId() string {
 		return x.ClusterId
 	}
 	return ""
+}
+
+func (x *ClusterStatus) GetLeaderSynced() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaderSynced
+	}
+	return nil
 }
 
 type ListMembersRequest struct {
@@ -3754,7 +3764,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\adb_size\x18\t \x01(\x03R\x06dbSize\x12\x18\n" +
 	"\ahealthy\x18\n" +
 	" \x01(\bR\ahealthy\x12\x14\n" +
-	"\x05error\x18\v \x01(\tR\x05error\"\xdf\x01\n" +
+	"\x05error\x18\v \x01(\tR\x05error\"\xa0\x02\n" +
 	"\rClusterStatus\x12*\n" +
 	"\amembers\x18\x01 \x03(\v2\x10.shoal.v1.MemberR\amembers\x12\x1f\n" +
 	"\vleader_node\x18\x02 \x01(\tR\n" +
@@ -3762,7 +3772,8 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\rfencing_token\x18\x03 \x01(\x03R\ffencingToken\x12=\n" +
 	"\fleader_since\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\vleaderSince\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x05 \x01(\tR\tclusterId\"\x14\n" +
+	"cluster_id\x18\x05 \x01(\tR\tclusterId\x12?\n" +
+	"\rleader_synced\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\fleaderSynced\"\x14\n" +
 	"\x12ListMembersRequest\"A\n" +
 	"\x13ListMembersResponse\x12*\n" +
 	"\amembers\x18\x01 \x03(\v2\x10.shoal.v1.MemberR\amembers\"Y\n" +
@@ -3966,67 +3977,68 @@ var file_shoal_v1_shoal_proto_depIdxs = []int32{
 	33, // 35: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
 	44, // 36: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
 	65, // 37: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
-	44, // 38: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
-	44, // 39: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
-	11, // 40: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
-	12, // 41: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
-	13, // 42: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
-	15, // 43: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
-	16, // 44: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
-	18, // 45: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
-	20, // 46: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
-	22, // 47: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
-	24, // 48: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
-	25, // 49: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
-	26, // 50: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
-	27, // 51: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
-	28, // 52: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
-	30, // 53: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
-	31, // 54: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
-	35, // 55: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
-	37, // 56: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
-	38, // 57: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
-	39, // 58: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
-	41, // 59: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
-	43, // 60: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
-	46, // 61: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
-	48, // 62: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
-	50, // 63: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
-	51, // 64: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
-	52, // 65: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
-	53, // 66: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
-	8,  // 67: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
-	8,  // 68: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
-	14, // 69: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
-	8,  // 70: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
-	17, // 71: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
-	19, // 72: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	21, // 73: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
-	23, // 74: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
-	8,  // 75: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
-	8,  // 76: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
-	9,  // 77: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
-	9,  // 78: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
-	29, // 79: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
-	9,  // 80: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
-	32, // 81: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
-	36, // 82: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
-	33, // 83: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
-	33, // 84: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
-	40, // 85: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
-	42, // 86: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
-	45, // 87: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
-	47, // 88: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
-	49, // 89: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
-	47, // 90: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
-	47, // 91: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
-	55, // 92: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
-	54, // 93: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
-	67, // [67:94] is the sub-list for method output_type
-	40, // [40:67] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	65, // 38: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
+	44, // 39: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
+	44, // 40: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
+	11, // 41: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
+	12, // 42: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
+	13, // 43: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
+	15, // 44: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
+	16, // 45: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
+	18, // 46: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
+	20, // 47: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
+	22, // 48: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
+	24, // 49: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
+	25, // 50: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
+	26, // 51: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
+	27, // 52: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
+	28, // 53: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
+	30, // 54: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
+	31, // 55: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
+	35, // 56: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
+	37, // 57: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
+	38, // 58: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
+	39, // 59: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
+	41, // 60: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
+	43, // 61: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
+	46, // 62: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
+	48, // 63: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
+	50, // 64: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
+	51, // 65: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
+	52, // 66: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
+	53, // 67: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
+	8,  // 68: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
+	8,  // 69: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
+	14, // 70: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
+	8,  // 71: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
+	17, // 72: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
+	19, // 73: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
+	21, // 74: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
+	23, // 75: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
+	8,  // 76: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
+	8,  // 77: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
+	9,  // 78: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
+	9,  // 79: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
+	29, // 80: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
+	9,  // 81: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
+	32, // 82: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
+	36, // 83: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
+	33, // 84: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
+	33, // 85: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
+	40, // 86: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
+	42, // 87: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
+	45, // 88: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
+	47, // 89: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
+	49, // 90: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
+	47, // 91: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
+	47, // 92: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
+	55, // 93: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
+	54, // 94: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
+	68, // [68:95] is the sub-list for method output_type
+	41, // [41:68] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_shoal_v1_shoal_proto_init() }
