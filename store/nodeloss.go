@@ -147,6 +147,7 @@ const markWidth = 16
 // back) is not marked and no error.
 func (s *Store) markUnknown(ctx context.Context, id string, sb *shoalv1.Sandbox, msg string, nodeAbsent clientv3.Cmp, fence *Fence) (bool, error) {
 	ws, name, uid := sb.Meta.Workspace, sb.Meta.Name, sb.Meta.Uid
+	attempts := 0
 	_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
 		codec:  sandboxCodec,
 		key:    s.k.sandbox(ws, name),
@@ -166,14 +167,19 @@ func (s *Store) markUnknown(ctx context.Context, id string, sb *shoalv1.Sandbox,
 			return cur, nil
 		},
 		related: func(ctx context.Context, old, new *shoalv1.Sandbox, fromCopy bool) ([]clientv3.Cmp, []clientv3.Op, error) {
-			// Read on every attempt: a node that is back ends the loop
-			// rather than failing its compare for ever.
-			resp, err := s.c.Get(ctx, s.k.node(id), clientv3.WithKeysOnly())
-			if err != nil {
-				return nil, nil, etcdErr(ctx, err)
-			}
-			if len(resp.Kvs) > 0 {
-				return nil, nil, errGone
+			// The first attempt goes on the compare alone (the node was
+			// absent when its loss was recorded); after a failed compare
+			// the node's key is read, so a node that is back ends the
+			// loop rather than failing its compare for ever.
+			attempts++
+			if attempts > 1 {
+				resp, err := s.c.Get(ctx, s.k.node(id), clientv3.WithKeysOnly())
+				if err != nil {
+					return nil, nil, etcdErr(ctx, err)
+				}
+				if len(resp.Kvs) > 0 {
+					return nil, nil, errGone
+				}
 			}
 			cmps, ops, err := s.sandboxRelated(ctx, old, new, fromCopy)
 			return append(cmps, nodeAbsent), ops, err

@@ -168,6 +168,26 @@ func TestNodeLossAndRemoval(t *testing.T) {
 	if n, err := s.MarkSandboxesUnknown(ctx, "n1", since, nil); err != nil || n != 0 {
 		t.Fatalf("marking again: %d, %v", n, err)
 	}
+	// A node back before its sandboxes are marked: nothing is marked (the
+	// first write fails its compare on the node's key, the next reads it).
+	l2 := register(t, s, c, "n2", 0, nil)
+	if _, err := s.CreateSandboxOn(ctx, sandbox("z"), store.Placement{Node: "n2"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Revoke(ctx, l2); err != nil {
+		t.Fatal(err)
+	}
+	since2, err := s.MarkNodeLost(ctx, "n2", nil)
+	if err != nil || since2.IsZero() {
+		t.Fatalf("MarkNodeLost(n2): %v, %v", since2, err)
+	}
+	register(t, s, c, "n2", 0, nil)
+	if n, err := s.MarkSandboxesUnknown(ctx, "n2", since2, nil); err != nil || n != 0 {
+		t.Fatalf("marking the sandboxes of a node that is back: %d, %v", n, err)
+	}
+	if z, _ := s.GetSandbox(ctx, "default", "z"); z.GetStatus().GetPhase() == shoalv1.SandboxPhase_UNKNOWN {
+		t.Fatal("a sandbox of a node that is back was marked UNKNOWN")
+	}
 
 	// Forget: refused for an unknown node; recorded for n1; completed only
 	// once no sandbox names it.
