@@ -122,7 +122,26 @@ func (s *Store) CordonNode(ctx context.Context, id string, cordon bool) error {
 }
 
 // Nodes returns every known node with its status, sorted by name.
+//
+// With a watch cache the sandbox counts come from its copy, once it has
+// caught up with etcd's revision after the registry was read (so they
+// are no older than the registry), instead of reading a slot key per
+// sandbox of the fleet.
 func (s *Store) Nodes(ctx context.Context) ([]*shoalv1.Node, error) {
+	if s.cache != nil {
+		nodes, _, err := s.registryRevs(ctx, false)
+		if err != nil {
+			return nil, err
+		}
+		if fresh, err := s.cache.sandboxes.waitFresh(ctx); err == nil && fresh {
+			if counts, ok := s.cache.sandboxes.nodeCounts(); ok {
+				for _, n := range nodes {
+					n.Status.Sandboxes = int32(counts[n.Name])
+				}
+				return nodes, nil
+			}
+		}
+	}
 	return s.registry(ctx, true)
 }
 

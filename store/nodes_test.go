@@ -333,6 +333,18 @@ func TestConcurrentCreatesSpreadFromTheCache(t *testing.T) {
 			t.Errorf("node %s got %d of %d creates: %v", n, per[n], creates, per)
 		}
 	}
+	// The cached store's node list counts from its copy what the slot
+	// keys say.
+	listed, err := b.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromKeys := placed(t, writer)
+	for _, n := range listed {
+		if int(n.Status.Sandboxes) != per[n.Name] || fromKeys[n.Name] != per[n.Name] {
+			t.Errorf("node %s: %d sandboxes listed through the cache, %d from the slot keys, %d records", n.Name, n.Status.Sandboxes, fromKeys[n.Name], per[n.Name])
+		}
+	}
 }
 
 // A node's sandbox maximums are in its registration, and placement skips a
