@@ -135,6 +135,17 @@ func TestMetricsMoveWithCalls(t *testing.T) {
 			t.Errorf("%s%v grew by %v, want at least %v", c.name, c.labels, grew, c.min)
 		}
 	}
+	// Every consistent read from the cache is a round trip to etcd: the
+	// histogram counts each of 20 gets, not only the lease renewals.
+	rtt0 := value(scrape(t, addr), "shoal_etcd_round_trip_seconds", nil)
+	for range 20 {
+		if _, err := n.Client.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "m"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if grew := value(scrape(t, addr), "shoal_etcd_round_trip_seconds", nil) - rtt0; grew < 20 {
+		t.Errorf("shoal_etcd_round_trip_seconds counted %v round trips for 20 gets through the cache", grew)
+	}
 	testenv.Eventually(t, 30*time.Second, "lease renewals counted", func() (bool, error) {
 		return value(scrape(t, addr), "shoal_node_lease_renewals_total", map[string]string{"result": "ok"}) > 0, nil
 	})

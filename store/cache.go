@@ -211,11 +211,15 @@ func (k *kindCache[T]) askProgress() {
 
 // currentRevision is etcd's revision now, read linearizably: the cheapest
 // request that goes through etcd's read index.
+// Its round trip is etcd's latency as this node sees it
+// (shoal_etcd_round_trip_seconds).
 func (c *Cache) currentRevision(ctx context.Context) (int64, error) {
+	t0 := time.Now()
 	resp, err := c.s.c.Get(ctx, c.s.k.clusterID(), clientv3.WithCountOnly())
 	if err != nil {
 		return 0, etcdErr(ctx, err)
 	}
+	c.s.metrics.EtcdRoundTrip(time.Since(t0))
 	return resp.Header.Revision, nil
 }
 
