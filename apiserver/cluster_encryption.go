@@ -21,20 +21,10 @@ func (s *ClusterServer) RotateEncryptionKey(ctx context.Context, req *shoalv1.Ro
 	if s.cfg.Keys == nil {
 		return nil, shoal.GRPCStatus(shoal.FailedPrecondition("this node has no --encryption-key-file: there is no key to encrypt with"))
 	}
-	// Every live node must seal with this node's key, or it would go on
+	// Every node must seal with this node's key, or it would go on
 	// sealing under its own; then the key is recorded before anything is
 	// re-sealed, so a node started later with an old key file is refused.
-	nodes, err := s.cfg.Store.Nodes(ctx)
-	if err != nil {
-		return nil, shoal.GRPCStatus(err)
-	}
-	live := map[string]string{}
-	for _, n := range nodes {
-		if n.GetStatus().GetReady() {
-			live[n.Name] = n.EncryptionKey
-		}
-	}
-	if err := s.cfg.Store.BeginRotation(ctx, live); err != nil {
+	if err := s.cfg.Store.BeginRotation(ctx); err != nil {
 		return nil, shoal.GRPCStatus(err)
 	}
 	resp := &shoalv1.RotateEncryptionKeyResponse{Key: s.cfg.Keys.Current()}

@@ -111,6 +111,10 @@ func (c *clientStreams) acquire(ctx context.Context, secure bool) (release func(
 		// A client is a certificate on one host: the holders of one
 		// role's certificate on many hosts do not share one cap.
 		if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+			// An IPv6 host may hold a whole /64: one client.
+			if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+				host = (&net.IPNet{IP: ip.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
+			}
 			key += " at " + host
 		}
 	}

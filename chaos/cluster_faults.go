@@ -95,7 +95,13 @@ func (f *hostKill) Heal(ctx context.Context) error {
 	nodes, at := f.last()
 	i := nodes[0]
 	if f.failover {
-		f.took = f.e.failoverSince(ctx, f.e.hosts.ID(i), at)
+		// Bounded on its own: the restart below must keep its budget
+		// (the cluster soak once spent the whole fault's 5 minutes here,
+		// on a read stuck on the dead member, and the start then failed
+		// at once with the deadline gone).
+		fctx, cancel := context.WithTimeout(ctx, clusterLease+15*time.Second)
+		f.took = f.e.failoverSince(fctx, f.e.hosts.ID(i), at)
+		cancel()
 	}
 	if err := f.e.hosts.Start(ctx, i); err != nil {
 		return err

@@ -2,10 +2,8 @@ package chaos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -309,16 +307,7 @@ func schedule(ctx context.Context, e *env, h *history, faults []Fault, rng *rand
 		healAt := time.Now()
 		err := f.Heal(bg)
 		cancel()
-		if err != nil && (errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), context.DeadlineExceeded.Error())) {
-			// A heal that ran out of time (the engine slow to start a
-			// container, an etcd call stuck on a dead member) is tried
-			// once more with a fresh budget: a fault left unhealed would
-			// end the run for the harness's sake, not shoal's.
-			logf(e.cfg, "fault %s: heal failed after %s (%v); trying once more", f.Name(), time.Since(healAt).Round(time.Millisecond), err)
-			retry, rcancel := context.WithTimeout(context.WithoutCancel(ctx), faultTimeout)
-			err = f.Heal(retry)
-			rcancel()
-		} else if d := time.Since(healAt); d > time.Minute {
+		if d := time.Since(healAt); d > time.Minute {
 			logf(e.cfg, "fault %s: healing took %s", f.Name(), d.Round(time.Millisecond))
 		}
 		h.setFault(-1)

@@ -95,11 +95,11 @@ leader-only write compares.`,
 				if st.LeaderSince != nil {
 					since = fmt.Sprintf("%s (%s ago)", st.LeaderSince.AsTime().Local().Format("2006-01-02 15:04:05"), a.out.age(st.LeaderSince))
 				}
-				synced := "not yet (its first resync runs)"
+				synced := "not yet"
 				if st.LeaderSynced != nil && st.LeaderSince != nil {
 					synced = fmt.Sprintf("%s after it won", st.LeaderSynced.AsTime().Sub(st.LeaderSince.AsTime()).Round(time.Millisecond))
 				}
-				fmt.Fprintf(a.stdout, "\nshoal leader: %s   fencing token: %d   since: %s   caught up: %s\n", st.LeaderNode, st.FencingToken, since, synced)
+				fmt.Fprintf(a.stdout, "\nshoal leader: %s   fencing token: %d   since: %s   first resync: %s\n", st.LeaderNode, st.FencingToken, since, synced)
 			}
 			if st.ClusterId == "" {
 				st.ClusterId = "unknown (etcd has no quorum?)"

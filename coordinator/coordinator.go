@@ -140,11 +140,22 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 	nodes := c.cfg.Store.WatchNodeKeys(ctx)
 	teardowns := c.cfg.Store.WatchTeardowns(ctx)
 	// Nodes lost while no leader watched are found by the first resync;
-	// once it has queued everything pending, the term says so.
-	c.resync(ctx, q)
-	if err := l.MarkSynced(ctx); err != nil && ctx.Err() == nil {
-		c.log.Warn("could not record the first resync", "err", err)
+	// once one has listed everything pending and queued it, the term
+	// says so (a resync whose lists failed is not one).
+	synced := false
+	markSynced := func(ok bool) {
+		if !ok || synced {
+			return
+		}
+		if err := l.MarkSynced(ctx); err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("could not record the first resync", "err", err)
+			}
+			return
+		}
+		synced = true
 	}
+	markSynced(c.resync(ctx, q))
 	tick := time.NewTicker(c.cfg.Resync)
 	defer tick.Stop()
 	for {
@@ -203,7 +214,7 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 				q.Add(task{ws: p.Meta.Workspace, name: p.Meta.Name, provider: true})
 			}
 		case <-tick.C:
-			c.resync(ctx, q)
+			markSynced(c.resync(ctx, q))
 		}
 	}
 }
@@ -214,14 +225,16 @@ func sandboxTask(sb *shoalv1.Sandbox) task {
 
 // resync queues all pending work: stale intents and stray keys first (as
 // one task), then every DELETING sandbox, terminating provider, NotReady
-// node and node being forgotten.
-func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) {
+// node and node being forgotten. It reports whether every list succeeded.
+func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) bool {
+	ok := true
 	q.Add(task{repair: true})
 	page, err := c.cfg.Store.ListSandboxes(ctx, "", store.ListOptions{}, func(sb *shoalv1.Sandbox) bool {
 		return sb.GetMeta().GetDeletionTimestamp() != nil
 	})
 	if err != nil {
 		c.log.Warn("resync: list sandboxes", "err", err)
+		ok = false
 	}
 	for _, sb := range page.Items {
 		q.Add(sandboxTask(sb))
@@ -231,6 +244,7 @@ func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) {
 	})
 	if err != nil {
 		c.log.Warn("resync: list providers", "err", err)
+		ok = false
 	}
 	for _, p := range pp.Items {
 		q.Add(task{ws: p.Meta.Workspace, name: p.Meta.Name, provider: true})
@@ -238,6 +252,7 @@ func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) {
 	nodes, err := c.cfg.Store.Nodes(ctx)
 	if err != nil {
 		c.log.Warn("resync: list nodes", "err", err)
+		ok = false
 	}
 	for _, n := range nodes {
 		if !n.GetStatus().GetReady() {
@@ -247,10 +262,12 @@ func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) {
 	forget, err := c.cfg.Store.Forgetting(ctx)
 	if err != nil {
 		c.log.Warn("resync: list nodes being removed", "err", err)
+		ok = false
 	}
 	for _, id := range forget {
 		q.Add(task{name: id, forget: true})
 	}
+	return ok
 }
 
 // repair rolls forward deletions whose deleter died between intent and

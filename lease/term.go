@@ -7,6 +7,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"shoal/store"
 )
 
 // Term is who leads now, as any node can read it from etcd.
@@ -38,17 +40,22 @@ type termRecord struct {
 // record writes the term's record under the term's own lease, so that it
 // goes with the term, and fenced by the election key like every
 // leader-only write: a deposed leader cannot overwrite its successor's.
-// It is informational, so a failure is only logged.
+// It is informational, so a failure is only logged (and returned: a
+// refused compare as store.ErrFenced).
 func (e *Elector) record(ctx context.Context, sess *concurrency.Session, el *concurrency.Election, rec termRecord) error {
 	if e.cfg.TermKey == "" {
 		return nil
 	}
 	val, err := json.Marshal(rec)
 	if err == nil {
-		_, err = e.c.Txn(ctx).
+		var resp *clientv3.TxnResponse
+		resp, err = e.c.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(el.Key()), "=", el.Rev())).
 			Then(clientv3.OpPut(e.cfg.TermKey, string(val), clientv3.WithLease(sess.Lease()))).
 			Commit()
+		if err == nil && !resp.Succeeded {
+			err = store.ErrFenced
+		}
 	}
 	if err != nil && ctx.Err() == nil {
 		e.log.Warn("could not record the leader term", "key", e.cfg.TermKey, "err", err)

@@ -385,6 +385,8 @@ func (c *Config) advertisedHosts() [][2]string {
 	var out [][2]string
 	if host, _, err := net.SplitHostPort(c.Advertise); err == nil {
 		out = append(out, [2]string{"--advertise", host})
+	} else if host, _, err := net.SplitHostPort(c.Listen); c.Advertise == "" && err == nil && host != "" && !unspecifiedHost(host) {
+		out = append(out, [2]string{"--listen", host}) // advertised as it is
 	}
 	if len(c.EtcdEndpoints) > 0 {
 		return out // a worker: no etcd member

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"shoal/agent"
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiserver"
 	"shoal/audit"
@@ -179,8 +180,10 @@ func (n *Node) Run(ctx context.Context) error {
 	cctx, cancel = context.WithTimeout(ctx, clusterIDTimeout)
 	err = st.AdmitKeyRing(cctx)
 	cancel()
-	if err != nil {
+	if shoal.KindOf(err) == shoal.KindFailedPrecondition {
 		return fmt.Errorf("--encryption-key-file: %w", err)
+	} else if err != nil {
+		return fmt.Errorf("read the cluster's encryption record from etcd: %w", err)
 	}
 	var rt engine
 	if cfg.Runtime == RuntimeHollow {
@@ -382,7 +385,11 @@ func (n *Node) Run(ctx context.Context) error {
 		// wait forever. Closing the client ends every call stuck on it.
 		n.log.Warn("the node's loops still run after the stop; closing its etcd client so that calls stuck on it end")
 		_ = cli.Close()
-		loopsErr = <-loopsDone
+		// What the closed client cut short is this stop's doing, not
+		// an error of the run.
+		if err := <-loopsDone; err != nil {
+			n.log.Info("loops ended by the closed etcd client", "err", err)
+		}
 	}
 	if loopsErr != nil && runErr == nil && !errors.Is(loopsErr, context.Canceled) {
 		runErr = loopsErr

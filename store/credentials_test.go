@@ -193,26 +193,49 @@ func TestKeyRingAdmission(t *testing.T) {
 	if err := with(r12).AdmitKeyRing(ctx); err != nil {
 		t.Fatalf("k1 and k2, k2 current, before the rotation: %v", err)
 	}
-	refused("rotation with a node on k1", with(r12).BeginRotation(ctx, map[string]string{"n1": r1.ID(), "n2": r12.ID(), "n3": ""}),
-		"n1 ("+r1.ID()+"), n3 (no key file)")
-	if err := with(r12).BeginRotation(ctx, map[string]string{"n2": r12.ID()}); err != nil {
+	// Nodes register with their key; n1 still seals with k1.
+	reg := func(st *store.Store, name string, r *encryption.KeyRing) error {
+		l, err := c.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.RegisterNode(ctx, store.Registration{Node: &shoalv1.Node{Name: name, Address: name + ":7443", EncryptionKey: r.ID()}, Instance: name}, l.ID)
+	}
+	if err := reg(with(r1), "n1", r1); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg(with(r12), "n2", r12); err != nil {
+		t.Fatal(err)
+	}
+	refused("rotation with a node on k1", with(r12).BeginRotation(ctx), "n1 ("+r1.ID()+")")
+	if err := reg(with(r12), "n1", r12); err != nil { // n1 restarted with the new file
+		t.Fatal(err)
+	}
+	if err := with(r12).BeginRotation(ctx); err != nil {
 		t.Fatalf("rotation to k2: %v", err)
 	}
-	if err := with(r12).BeginRotation(ctx, map[string]string{"n2": r12.ID()}); err != nil {
+	if err := with(r12).BeginRotation(ctx); err != nil {
 		t.Fatalf("rotation to k2 again (resumed): %v", err)
 	}
 	refused("the old file", with(r1).AdmitKeyRing(ctx), `lacks key "k2"`)
+	refused("registering with the old file", reg(with(r1), "n3", r1), `lacks key "k2"`)
 	back, err := encryption.Parse([]byte(strings.Replace(string(a12), "current: k2", "current: k1", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	refused("both keys, k1 current", with(back).AdmitKeyRing(ctx), `rotated away from it (to "k2"`)
-	refused("rotation back to k1", with(back).BeginRotation(ctx, nil), "rotated away from already")
+	refused("rotation back to k1", with(back).BeginRotation(ctx), "rotated away from already")
 	_, r123 := ring(t, a12, "k3")
 	if err := with(r123).AdmitKeyRing(ctx); err != nil {
 		t.Fatalf("k3 added: %v", err)
 	}
-	if err := with(r123).BeginRotation(ctx, nil); err != nil {
+	refused("rotation to k3 while n1 and n2 seal with k2", with(r123).BeginRotation(ctx), "n1 ("+r12.ID()+"); n2 ("+r12.ID()+")")
+	for _, n := range []string{"n1", "n2"} {
+		if err := reg(with(r123), n, r123); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := with(r123).BeginRotation(ctx); err != nil {
 		t.Fatalf("rotation to k3: %v", err)
 	}
 	refused("k1 current after two rotations", with(back).AdmitKeyRing(ctx), `lacks key "k3"`)

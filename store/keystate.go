@@ -104,34 +104,34 @@ func (s *Store) keyState(ctx context.Context) (keyState, int64, error) {
 
 // BeginRotation records that the cluster seals with this node's current
 // key from now on, the previous current key retired, before a rotation
-// re-seals anything: a node that starts later with an old key file is
-// refused. nodeKeys are the live nodes' encryption keys (Node
-// .encryption_key, "name/fingerprint") by node; every one must be this
-// node's, or the rotation is refused naming those that differ (they would
-// go on sealing under their own key). Rotating back to a retired key is
-// refused: make a new key.
-func (s *Store) BeginRotation(ctx context.Context, nodeKeys map[string]string) error {
+// re-seals anything. Every node the registry knows (Ready or not: a
+// NotReady one may come back) must have registered with this node's key,
+// or the rotation is refused naming those that differ: they would go on
+// sealing under their own key. The record's Txn compares the registry as
+// read, so a node that registers meanwhile makes it check again; and a
+// node registers only while the record fits its ring (RegisterNode), so
+// none can register with a retired key afterwards. Rotating back to a
+// retired key is refused: make a new key.
+func (s *Store) BeginRotation(ctx context.Context) error {
 	if s.keys == nil {
 		return shoal.FailedPrecondition("this node has no --encryption-key-file: there is no key to encrypt with")
 	}
-	var differ []string
-	for node, k := range nodeKeys {
-		if k != s.keys.ID() {
-			if k == "" {
-				k = "no key file"
-			}
-			differ = append(differ, node+" ("+k+")")
-		}
-	}
-	if len(differ) > 0 {
-		slices.Sort(differ)
-		return shoal.FailedPrecondition("live nodes seal with another key than this node's %s: %s; give every node the same key file and restart it, then rotate", s.keys.ID(), strings.Join(differ, ", "))
-	}
-	key := s.k.encryption()
+	key, infos := s.k.encryption(), s.k.prefix+"/nodeinfo/"
 	for {
-		st, rev, err := s.keyState(ctx)
+		resp, err := s.txn(ctx, "read for rotation", infos, nil, []clientv3.Op{
+			clientv3.OpGet(key), clientv3.OpGet(infos, clientv3.WithPrefix()), clientv3.OpGet(s.k.prefix+"/nodes/", clientv3.WithPrefix()),
+		}, nil)
 		if err != nil {
 			return err
+		}
+		read := resp.Header.Revision
+		var st keyState
+		var rev int64
+		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			if err := json.Unmarshal(kvs[0].Value, &st); err != nil || st.Current == "" {
+				return shoal.DataLoss("%s does not hold the cluster's encryption state (%v)", key, err)
+			}
+			rev = kvs[0].ModRevision
 		}
 		cur := s.keys.Current()
 		fp, _ := s.keys.Fingerprint(cur)
@@ -144,16 +144,35 @@ func (s *Store) BeginRotation(ctx context.Context, nodeKeys map[string]string) e
 		if slices.Contains(st.Retired, cur) {
 			return shoal.FailedPrecondition("key %q was rotated away from already; add a new key with `shoal admin new-encryption-key` and rotate to that", cur)
 		}
+		var differ []string
+		for _, n := range nodesFrom(resp.Responses[1].GetResponseRange().GetKvs(), resp.Responses[2].GetResponseRange().GetKvs(), nil, nil, s.k.prefix) {
+			if k := n.EncryptionKey; k != s.keys.ID() {
+				if k == "" {
+					k = "no key file"
+				}
+				if !n.Status.Ready {
+					k += ", NotReady: `shoal node remove " + n.Name + "` if it is gone"
+				}
+				differ = append(differ, n.Name+" ("+k+")")
+			}
+		}
+		if len(differ) > 0 {
+			slices.Sort(differ)
+			return shoal.FailedPrecondition("nodes registered with another key than this node's %s: %s; give every node the same key file and restart it, then rotate", s.keys.ID(), strings.Join(differ, "; "))
+		}
 		next := keyState{Current: cur, Fingerprint: fp, Retired: st.Retired, Since: s.now()}
 		if rev != 0 && st.Current != cur {
 			next.Retired = append(slices.Clone(st.Retired), st.Current)
 		}
 		b, _ := json.Marshal(next)
-		resp, err := s.txn(ctx, "rotate encryption key", key, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}, []clientv3.Op{clientv3.OpPut(key, string(b))}, nil)
+		won, err := s.txn(ctx, "rotate encryption key", key, []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(key), "=", rev),
+			clientv3.Compare(clientv3.ModRevision(infos), "<", read+1).WithPrefix(), // no registration since the read
+		}, []clientv3.Op{clientv3.OpPut(key, string(b))}, nil)
 		if err != nil {
 			return err
 		}
-		if resp.Succeeded {
+		if won.Succeeded {
 			s.log.Info("the cluster seals credentials with a new key", "key", cur, "retired", next.Retired)
 			return nil
 		}

@@ -65,7 +65,21 @@ func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3
 	}
 	key, info := s.k.node(n.Name), s.k.nodeInfo(n.Name)
 	for attempt := 0; ; attempt++ {
-		resp, err := s.txn(ctx, "register node", key, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)},
+		// A node registers only while its key ring fits the cluster's
+		// encryption record as read (keystate.go), compared in the Txn:
+		// a rotation that retired its key meanwhile makes it read again
+		// and refuse, so it cannot go on sealing under a retired key.
+		enc, encRev, err := s.keyState(ctx)
+		if err != nil {
+			return err
+		}
+		if encRev != 0 {
+			if err := s.fits(enc); err != nil {
+				return err
+			}
+		}
+		resp, err := s.txn(ctx, "register node", key, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(s.k.encryption()), "=", encRev)},
 			[]clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(lease)), clientv3.OpPut(info, string(val)),
 				// Back: no longer lost, nor being forgotten (nodeloss.go).
 				clientv3.OpDelete(s.k.lost(n.Name)), clientv3.OpDelete(s.k.forget(n.Name))},
@@ -78,7 +92,7 @@ func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3
 		}
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
-			continue // expired meanwhile
+			continue // expired meanwhile, or the encryption record changed
 		}
 		var holder shoalv1.Node
 		_ = proto.Unmarshal(kvs[0].Value, &holder)
@@ -96,11 +110,8 @@ func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3
 // DeregisterNode removes a node's registry key (a graceful stop), leaving
 // its info so that it shows as NotReady.
 func (s *Store) DeregisterNode(ctx context.Context, id string) error {
-	_, err := s.c.Delete(ctx, s.k.node(id))
-	if err != nil {
-		return etcdErr(ctx, err)
-	}
-	return nil
+	_, err := s.txn(ctx, "deregister node", s.k.node(id), nil, []clientv3.Op{clientv3.OpDelete(s.k.node(id))}, nil)
+	return err
 }
 
 // CordonNode sets or clears a node's cordon. The node must be known.

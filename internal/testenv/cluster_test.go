@@ -324,6 +324,9 @@ func TestTLSClusterFailover(t *testing.T) {
 	})
 	for round, how := range []string{"kill", "cut off"} {
 		lost := index(lead)
+		if lost < 0 {
+			t.Fatalf("the leader %q is not a node of the cluster", lead)
+		}
 		survivor := (lost + 1) % 3
 		name := fmt.Sprintf("on-lost-%d", round)
 		create(t, ctx, c.Client(survivor), name, lead)
