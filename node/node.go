@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"shoal/agent"
 	"shoal"
+	"shoal/agent"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiserver"
 	"shoal/audit"
