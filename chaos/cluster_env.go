@@ -83,7 +83,8 @@ func (e *env) startHosts(ctx context.Context) error {
 }
 
 // refreshEngines maps node ids to their engines (a replaced node's is
-// gone, its successor's is new).
+// gone, its successor's is new), and points the harness's etcd client at
+// the members as they are now.
 func (e *env) refreshEngines() {
 	m := map[string]*client.Client{}
 	for i := range e.hosts.Len() {
@@ -94,6 +95,16 @@ func (e *env) refreshEngines() {
 	e.mu.Lock()
 	e.engines = m
 	e.mu.Unlock()
+	// The harness's own etcd client follows the members too: once every
+	// voter it was dialed with has been replaced (a soak's third cycle of
+	// member-loss), its calls would hang on dead endpoints for ever.
+	e.raw.SetEndpoints(e.hosts.EtcdEndpoints()...)
+	// And its API connections, when they exist (not yet at the start).
+	if e.conn != nil {
+		if err := e.redial(); err != nil {
+			logf(e.cfg, "hosts: redial the nodes after a replacement: %v", err)
+		}
+	}
 }
 
 func (e *env) engineMap() map[string]*client.Client {

@@ -40,7 +40,7 @@ type env struct {
 	cfg Config
 
 	client shoalv1.ShoalClient
-	conn   *apiclient.Conn
+	conn   *swapConn // under client
 	raw    *clientv3.Client // straight to etcd, never through the fault proxy
 	st     *store.Store
 	docker *client.Client
@@ -51,7 +51,7 @@ type env struct {
 	hosts   *hosts.Cluster
 	engines map[string]*client.Client
 	proxies map[string]*dockerproxy.Proxy
-	conns   []*apiclient.Conn
+	conns   []*swapConn // one per traffic client
 	live    *Liveness
 
 	// Only for a node this run owns.
@@ -108,23 +108,15 @@ func newEnv(ctx context.Context, cfg Config) (*env, error) {
 		}
 	}
 	e.st = store.New(e.raw, store.Options{Prefix: cfg.Prefix})
-	addrs := e.addrs()
-	e.conn, err = apiclient.Dial(addrs, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
+	e.conn = &swapConn{}
+	e.client = shoalv1.NewShoalClient(e.conn)
+	e.conns = make([]*swapConn, len(e.addrs()))
+	for i := range e.conns {
+		e.conns[i] = &swapConn{}
+	}
+	if err := e.redial(); err != nil {
 		e.close()
 		return nil, err
-	}
-	e.client = shoalv1.NewShoalClient(e.conn)
-	// Each traffic client prefers its own node (clients spread over all of
-	// them) and moves on as the CLI does.
-	for i := range addrs {
-		rot := append(slices.Clone(addrs[i:]), addrs[:i]...)
-		c, err := apiclient.Dial(rot, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			e.close()
-			return nil, err
-		}
-		e.conns = append(e.conns, c)
 	}
 	if err := e.waitServing(ctx, time.Minute); err != nil {
 		e.close()
@@ -259,6 +251,73 @@ func (e *env) pid() int {
 // clientFor is traffic client id's API client.
 func (e *env) clientFor(id int) shoalv1.ShoalClient {
 	return shoalv1.NewShoalClient(e.conns[id%len(e.conns)])
+}
+
+// redial points the harness's API connections at the nodes as they are
+// now (at the start, and after a node was replaced by one at another
+// address): the harness's own over all of them, and each traffic client's
+// preferring its own node (clients spread over all of them) and moving on
+// as the CLI does. Calls in flight finish on the connections they began on.
+func (e *env) redial() error {
+	addrs := e.addrs()
+	c, err := apiclient.Dial(addrs, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	e.conn.set(c)
+	for i, sc := range e.conns {
+		k := i % len(addrs)
+		rot := append(slices.Clone(addrs[k:]), addrs[:k]...)
+		c, err := apiclient.Dial(rot, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		sc.set(c)
+	}
+	return nil
+}
+
+// swapConn is an API connection whose nodes can be replaced while calls
+// go through it; the connections it replaced are closed with it.
+type swapConn struct {
+	mu      sync.Mutex
+	cur     *apiclient.Conn
+	retired []*apiclient.Conn
+}
+
+var _ grpc.ClientConnInterface = (*swapConn)(nil)
+
+func (s *swapConn) set(c *apiclient.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur != nil {
+		s.retired = append(s.retired, s.cur)
+	}
+	s.cur = c
+}
+
+func (s *swapConn) get() *apiclient.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cur
+}
+
+func (s *swapConn) Invoke(ctx context.Context, method string, args, reply any, opts ...grpc.CallOption) error {
+	return s.get().Invoke(ctx, method, args, reply, opts...)
+}
+
+func (s *swapConn) NewStream(ctx context.Context, desc *grpc.StreamDesc, method string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	return s.get().NewStream(ctx, desc, method, opts...)
+}
+
+func (s *swapConn) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range append(s.retired, s.cur) {
+		if c != nil {
+			c.Close()
+		}
+	}
 }
 
 // addrs are the API addresses of the nodes under test.
