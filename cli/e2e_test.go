@@ -195,42 +195,54 @@ func TestNodeSignalAndRestartKeepsState(t *testing.T) {
 	t.Cleanup(func() { testenv.RemoveNodeContainers(t, cfg.ID) })
 	api := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	start := func() *exec.Cmd {
-		cmd := exec.Command(bin, "node", "start", "--node-id", cfg.ID, "--data-dir", cfg.DataDir, "--listen", api,
-			"--etcd-listen-client", cfg.EtcdListenClient, "--etcd-listen-peer", cfg.EtcdListenPeer, "--log-level", "warn")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				cmd.Process.Kill()
-				cmd.Wait()
-			}
-		})
-		testenv.Eventually(t, time.Minute, "node serving", func() (bool, error) {
-			r := run(t, bin, api, "provider", "list")
-			return r.code == 0, fmt.Errorf("exit %d: %s", r.code, r.stderr)
-		})
-		return cmd
+		return startBinaryNode(t, exec.Command(bin, "node", "start", "--node-id", cfg.ID, "--data-dir", cfg.DataDir, "--listen", api,
+			"--etcd-listen-client", cfg.EtcdListenClient, "--etcd-listen-peer", cfg.EtcdListenPeer, "--log-level", "warn"),
+			func() result { return run(t, bin, api, "provider", "list") })
 	}
-	stop := func(cmd *exec.Cmd) {
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("node exit after SIGTERM: %v", err)
-			}
-		case <-time.After(time.Minute):
-			t.Fatal("node did not stop within a minute of SIGTERM")
-		}
-	}
+	stop := func(cmd *exec.Cmd) { stopBinaryNode(t, cmd) }
 	n := start()
 	run(t, bin, api, "provider", "create", "keep", "--type", "github", "--credential", "GITHUB_TOKEN=x").must(t, 0, "provider create")
 	stop(n)
 	n = start()
 	run(t, bin, api, "provider", "get", "keep").must(t, 0, "provider survives restart")
 	stop(n)
+}
+
+// startBinaryNode starts a `shoal node start` process and waits until
+// serving (a CLI call) exits 0; the process is killed at the test's end
+// if it still runs.
+func startBinaryNode(t *testing.T, cmd *exec.Cmd, serving func() result) *exec.Cmd {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	testenv.Eventually(t, time.Minute, "node serving", func() (bool, error) {
+		r := serving()
+		return r.code == 0, fmt.Errorf("exit %d: %s", r.code, r.stderr)
+	})
+	return cmd
+}
+
+// stopBinaryNode sends SIGTERM and requires a clean exit within a minute.
+func stopBinaryNode(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("node exit after SIGTERM: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("node did not stop within a minute of SIGTERM")
+	}
 }

@@ -7,9 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"shoal/internal/testenv"
 )
@@ -43,42 +41,14 @@ func TestSecurityCommandsThroughBinary(t *testing.T) {
 	api := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	start := func() *exec.Cmd {
 		t.Helper()
-		cmd := exec.Command(bin, "node", "start", "--node-id", cfg.ID, "--data-dir", cfg.DataDir, "--listen", api, "--runtime", "hollow",
+		return startBinaryNode(t, exec.Command(bin, "node", "start", "--node-id", cfg.ID, "--data-dir", cfg.DataDir, "--listen", api, "--runtime", "hollow",
 			"--etcd-listen-client", strings.Replace(cfg.EtcdListenClient, "http://", "https://", 1),
 			"--etcd-listen-peer", strings.Replace(cfg.EtcdListenPeer, "http://", "https://", 1),
 			"--tls-cert", filepath.Join(pki, cfg.ID+".crt"), "--tls-key", filepath.Join(pki, cfg.ID+".key"), "--tls-ca", filepath.Join(pki, "ca.crt"),
-			"--encryption-key-file", keys, "--trace-file", traces, "--log-level", "warn")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			if cmd.ProcessState == nil {
-				cmd.Process.Kill()
-				cmd.Wait()
-			}
-		})
-		testenv.Eventually(t, time.Minute, "node serving", func() (bool, error) {
-			r := shoal("provider", "list")
-			return r.code == 0, fmt.Errorf("exit %d: %s", r.code, r.stderr)
-		})
-		return cmd
+			"--encryption-key-file", keys, "--trace-file", traces, "--log-level", "warn"),
+			func() result { return shoal("provider", "list") })
 	}
-	stop := func(cmd *exec.Cmd) {
-		t.Helper()
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("node exit after SIGTERM: %v", err)
-			}
-		case <-time.After(time.Minute):
-			t.Fatal("node did not stop within a minute of SIGTERM")
-		}
-	}
+	stop := func(cmd *exec.Cmd) { t.Helper(); stopBinaryNode(t, cmd) }
 
 	shoal("config", "set-context", "sec", "--endpoint", api, "--tls-cert", filepath.Join(pki, "admin.crt"),
 		"--tls-key", filepath.Join(pki, "admin.key"), "--tls-ca", filepath.Join(pki, "ca.crt"), "--use").must(t, 0, "set-context sec")
