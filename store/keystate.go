@@ -95,11 +95,16 @@ func (s *Store) keyState(ctx context.Context) (keyState, int64, error) {
 	if len(resp.Kvs) == 0 {
 		return keyState{}, 0, nil
 	}
+	st, err := parseKeyState(resp.Kvs[0].Value, key)
+	return st, resp.Kvs[0].ModRevision, err
+}
+
+func parseKeyState(v []byte, key string) (keyState, error) {
 	var st keyState
-	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil || st.Current == "" {
-		return keyState{}, 0, shoal.DataLoss("%s does not hold the cluster's encryption state (%v): restore it from a snapshot, or remove the key from etcd and restart the nodes (the first records its key)", key, err)
+	if err := json.Unmarshal(v, &st); err != nil || st.Current == "" {
+		return keyState{}, shoal.DataLoss("%s does not hold the cluster's encryption state (%v): restore it from a snapshot, or remove the key from etcd and restart the nodes (the first records its key)", key, err)
 	}
-	return st, resp.Kvs[0].ModRevision, nil
+	return st, nil
 }
 
 // BeginRotation records that the cluster seals with this node's current
@@ -128,8 +133,8 @@ func (s *Store) BeginRotation(ctx context.Context) error {
 		var st keyState
 		var rev int64
 		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-			if err := json.Unmarshal(kvs[0].Value, &st); err != nil || st.Current == "" {
-				return shoal.DataLoss("%s does not hold the cluster's encryption state (%v)", key, err)
+			if st, err = parseKeyState(kvs[0].Value, key); err != nil {
+				return err
 			}
 			rev = kvs[0].ModRevision
 		}

@@ -373,9 +373,11 @@ func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoa
 			why = append(why, n.Name+" cordoned")
 		case n.MaxSandboxes > 0 && n.Status.Sandboxes >= n.MaxSandboxes:
 			why = append(why, fmt.Sprintf("%s full (%d/%d)", n.Name, n.Status.Sandboxes, n.MaxSandboxes))
-		case exceeds(n, sb.GetSpec().GetResources()) != "":
-			why = append(why, exceeds(n, sb.GetSpec().GetResources()))
 		default:
+			if over := exceeds(n, sb.GetSpec().GetResources()); over != "" {
+				why = append(why, over)
+				continue
+			}
 			if missing := lacks(n.Labels, p.Selector); missing != "" {
 				why = append(why, n.Name+" lacks label "+missing)
 				continue
