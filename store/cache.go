@@ -271,6 +271,11 @@ type kindCache[T object] struct {
 	// recent: this node's own latest writes not yet seen on the watch,
 	// a better start for the update loop than a lagging copy.
 	recent map[string]start[T]
+	// unseen counts per node the created records in recent that the copy
+	// does not hold yet (unseenAt: which keys, on which node), kept as
+	// recent and the copy change so that placement need not walk recent.
+	unseen   map[string]int
+	unseenAt map[string]string
 	// node, if set, names the node a record belongs to; perNode counts
 	// the records by it (placement reads it instead of every slot key).
 	node    func(T) string
@@ -297,7 +302,7 @@ func newKindCache[T object](c *Cache, cd codec[T], prefix string, max int) *kind
 	return &kindCache[T]{c: c, codec: cd, prefix: prefix, max: max, listed: make(chan struct{}), established: make(chan struct{}), progress: make(chan struct{}, 1),
 		tree: btree.NewG(32, entryLess[T]), changed: make(chan struct{}),
 		watchers: map[*cacheWatcher[T]]struct{}{}, snaps: map[int64]snapshotOf[T]{}, recent: map[string]start[T]{},
-		perNode: map[string]int{}, pending: map[string]int{}}
+		perNode: map[string]int{}, pending: map[string]int{}, unseen: map[string]int{}, unseenAt: map[string]string{}}
 }
 
 // pickFewest chooses among nodes the one with the fewest sandboxes (ties
@@ -307,19 +312,10 @@ func newKindCache[T object](c *Cache, cd codec[T], prefix string, max int) *kind
 // choice and its count are one step, so concurrent creates see each other.
 func (k *kindCache[T]) pickFewest(nodes []*shoalv1.Node) (chosen *shoalv1.Node, release func()) {
 	k.mu.Lock()
-	unseen := map[string]int{}
-	for key, r := range k.recent {
-		if r.absent || k.node == nil {
-			continue
-		}
-		if _, ok := k.tree.Get(entry[T]{key: key}); !ok {
-			unseen[k.node(r.c.obj)]++
-		}
-	}
 	best := -1
 	for _, i := range rand.Perm(len(nodes)) {
 		name := nodes[i].Name
-		if n := k.perNode[name] + unseen[name] + k.pending[name]; best < 0 || n < best {
+		if n := k.perNode[name] + k.unseen[name] + k.pending[name]; best < 0 || n < best {
 			best, chosen = n, nodes[i]
 		}
 	}
@@ -488,7 +484,7 @@ func (k *kindCache[T]) relist(ctx context.Context) error {
 	clear(k.perNode)
 	tree.Ascend(func(e entry[T]) bool { k.count(e, 1); return true })
 	clear(k.snaps)
-	clear(k.recent)
+	k.clearRecentLocked()
 	k.advanceLocked()
 	k.listedOnce.Do(func() { close(k.listed) })
 	k.c.log.Info("listed", "prefix", k.prefix, "objects", tree.Len(), "revision", rev, "first", first)
@@ -630,6 +626,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 			}
 			k.tree.ReplaceOrInsert(n)
 			k.count(n, 1)
+			k.markUnseenLocked(key)
 			if n.err != nil {
 				k.rev = rev
 				continue // skipped by watchers, as from etcd
@@ -642,6 +639,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 		if r, ok := k.recent[key]; ok && r.c.rev <= rev {
 			delete(k.recent, key)
 		}
+		k.markUnseenLocked(key)
 		k.rev = rev
 		k.logLocked(e)
 		k.fanOutLocked(e)
@@ -827,10 +825,50 @@ func (k *kindCache[T]) wrote(key string, obj T, raw []byte, rev int64) {
 		return // the copy has it already
 	}
 	if len(k.recent) >= maxRecent {
-		clear(k.recent)
+		k.clearRecentLocked()
 	}
 	var zero T
 	k.recent[key] = start[T]{c: cached[T]{obj: obj, raw: raw, rev: rev}, absent: obj == zero}
+	k.markUnseenLocked(key)
+}
+
+// clearRecentLocked empties the own-writes memo and its unseen counts.
+func (k *kindCache[T]) clearRecentLocked() {
+	clear(k.recent)
+	clear(k.unseen)
+	clear(k.unseenAt)
+}
+
+// markUnseenLocked brings key's place in the unseen counts up to date: it
+// counts while recent holds a created record of key that the copy lacks.
+func (k *kindCache[T]) markUnseenLocked(key string) {
+	if k.node == nil {
+		return
+	}
+	r, inRecent := k.recent[key]
+	was, counted := k.unseenAt[key]
+	if !inRecent && !counted {
+		return // the common case on the watch: not this node's write
+	}
+	want, now := false, ""
+	if inRecent && !r.absent {
+		if _, inCopy := k.tree.Get(entry[T]{key: key}); !inCopy {
+			want, now = true, k.node(r.c.obj)
+		}
+	}
+	if counted == want && was == now {
+		return
+	}
+	if counted {
+		if k.unseen[was]--; k.unseen[was] <= 0 {
+			delete(k.unseen, was)
+		}
+		delete(k.unseenAt, key)
+	}
+	if want {
+		k.unseen[now]++
+		k.unseenAt[key] = now
+	}
 }
 
 // kindOf is the cache of c's kind, if s has a cache.
