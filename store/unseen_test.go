@@ -5,8 +5,8 @@ import (
 	"math/rand"
 	"testing"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	shoalv1 "shoal/api/shoal/v1"
 )
