@@ -240,6 +240,13 @@ func upCluster(t *testing.T, tls bool) *cluster {
 		"XDG_STATE_HOME="+t.TempDir(), // the script's cluster-id record
 	)
 	t.Cleanup(func() {
+		if t.Failed() {
+			// What the nodes said, before down removes them.
+			cmd := exec.Command("bash", c.script, "logs", "--no-color", "--tail", "200")
+			cmd.Env = c.env
+			out, _ := cmd.CombinedOutput()
+			t.Logf("the nodes' last log lines (cluster.sh logs):\n%s", out)
+		}
 		if !c.isDown {
 			c.down(t)
 		}
