@@ -43,13 +43,31 @@ func (s *Server) CreateSandbox(ctx context.Context, req *shoalv1.CreateSandboxRe
 	return s.waitProvisioned(ctx, created)
 }
 
-// admit checks a sandbox against this node's engine, which will run it
-// (CreateSandbox assigns its own node), so that what can never start fails
-// now with a clear error rather than later as an ERROR status. Static
-// checks are validate.go's. An engine that cannot be asked right now is
-// no reason to refuse: the agent reports a missing image as ERROR anyway.
+// admit checks a sandbox against the engine of the node that will run it,
+// so that what can never start fails now with a clear error rather than
+// later as an ERROR status. Only the owning node can ask its engine: the
+// check is made when this node is the only one the sandbox can be placed
+// on (pinned to it, or the only node that fits); elsewhere the owner's
+// agent reports a missing image as ERROR. What each node's engine has
+// (CPUs, memory) is in its registration, where placement checks it for
+// every node. Static checks are validate.go's. An engine that cannot be
+// asked right now is no reason to refuse.
 func (s *Server) admit(ctx context.Context, spec *shoalv1.SandboxSpec) error {
 	if s.cfg.Engine == nil {
+		return nil
+	}
+	owner := spec.Node
+	if owner == "" {
+		nodes, err := s.cfg.Store.Candidates(ctx, store.Placement{Selector: spec.NodeSelector}, &shoalv1.Sandbox{Spec: spec})
+		if err != nil {
+			return err // the create's own refusal, said before anything is written
+		}
+		if len(nodes) != 1 {
+			return nil
+		}
+		owner = nodes[0]
+	}
+	if owner != s.cfg.Node {
 		return nil
 	}
 	has, err := s.cfg.Engine.HasImage(ctx, spec.Image)
@@ -58,21 +76,6 @@ func (s *Server) admit(ctx context.Context, spec *shoalv1.SandboxSpec) error {
 		s.log.Warn("create: cannot check the image; the agent will", "image", spec.Image, "err", err)
 	case !has:
 		return shoal.FailedPrecondition("image %q is not present on node %s's Docker engine, and nothing is pulled from a registry; build or load it there first (the default image: `make image`)", spec.Image, s.cfg.Node)
-	}
-	res := spec.GetResources()
-	if res.GetCpuMillis() == 0 && res.GetMemoryBytes() == 0 {
-		return nil
-	}
-	c, err := s.cfg.Engine.Capacity(ctx)
-	if err != nil {
-		s.log.Warn("create: cannot read the engine's capacity", "err", err)
-		return nil
-	}
-	if limit := int64(c.NCPU) * 1000; c.NCPU > 0 && res.GetCpuMillis() > limit {
-		return shoal.Invalid("sandbox.spec.resources.cpu_millis", "%d is more than node %s has: %d CPUs, at most %d", res.GetCpuMillis(), s.cfg.Node, c.NCPU, limit)
-	}
-	if c.MemTotal > 0 && res.GetMemoryBytes() > c.MemTotal {
-		return shoal.Invalid("sandbox.spec.resources.memory_bytes", "%d is more than node %s has: at most %d", res.GetMemoryBytes(), s.cfg.Node, c.MemTotal)
 	}
 	return nil
 }

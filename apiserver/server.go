@@ -32,11 +32,9 @@ type Runtime interface {
 }
 
 // Engine is what CreateSandbox asks of the node's container engine before
-// it stores anything: whether the image is there (nothing can be pulled)
-// and the most the engine can give one container.
+// it stores anything: whether the image is there (nothing can be pulled).
 type Engine interface {
 	HasImage(ctx context.Context, ref string) (bool, error)
-	Capacity(ctx context.Context) (shoal.EngineCapacity, error)
 }
 
 // Config of a Server.

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -272,7 +273,9 @@ func TestShutdownEndsStreams(t *testing.T) {
 }
 
 // D. CreateSandbox refuses at once what this node's engine cannot run: a
-// missing image, more CPU or memory than the engine has. Nothing is stored.
+// missing image (this node being the only one it can go to), more CPU or
+// memory than the engine has (from the node's registration, as placement
+// reads it for any node). Nothing is stored.
 func TestCreateChecksTheEngine(t *testing.T) {
 	dc := testenv.RequireDocker(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
@@ -288,8 +291,10 @@ func TestCreateChecksTheEngine(t *testing.T) {
 		words []string
 	}{
 		{"noimage", &shoalv1.SandboxSpec{Image: "shoal/no-such-image:" + n.Config.ID}, codes.FailedPrecondition, []string{"shoal/no-such-image", "not present"}},
-		{"cpu", &shoalv1.SandboxSpec{Resources: &shoalv1.Resources{CpuMillis: int64(info.NCPU)*1000 + 1}}, codes.InvalidArgument, []string{"sandbox.spec.resources.cpu_millis", "CPUs"}},
-		{"mem", &shoalv1.SandboxSpec{Resources: &shoalv1.Resources{MemoryBytes: info.MemTotal + 1}}, codes.InvalidArgument, []string{"sandbox.spec.resources.memory_bytes"}},
+		{"cpu", &shoalv1.SandboxSpec{Resources: &shoalv1.Resources{CpuMillis: int64(info.NCPU)*1000 + 1}}, codes.FailedPrecondition, []string{"sandbox.spec.resources.cpu_millis", fmt.Sprintf("engine has %d CPUs", info.NCPU), n.Config.ID}},
+		{"mem", &shoalv1.SandboxSpec{Resources: &shoalv1.Resources{MemoryBytes: info.MemTotal + 1}}, codes.FailedPrecondition, []string{"sandbox.spec.resources.memory_bytes", fmt.Sprint(info.MemTotal)}},
+		// Pinned elsewhere: not this node's engine to ask.
+		{"elsewhere", &shoalv1.SandboxSpec{Node: "no-such-node", Image: "shoal/no-such-image:" + n.Config.ID}, codes.FailedPrecondition, []string{`node "no-such-node" is not known`}},
 	} {
 		start := time.Now()
 		_, err := n.Client.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: tc.name}, Spec: tc.spec}})

@@ -280,6 +280,7 @@ func (st convergenceState) gaps(nodes, engines []string) []string {
 	}
 	byUID := map[string]rec{}
 	byName := map[string]*shoalv1.Sandbox{} // ws/name
+	var stuck []*shoalv1.Sandbox            // being deleted: said with what may hold them
 	for _, sb := range st.sandboxes {
 		m := sb.GetMeta()
 		ref := m.GetWorkspace() + "/" + m.GetName()
@@ -287,7 +288,7 @@ func (st convergenceState) gaps(nodes, engines []string) []string {
 		byName[ref] = sb
 		switch ph := sb.GetStatus().GetPhase(); {
 		case m.GetDeletionTimestamp() != nil || ph == shoalv1.SandboxPhase_DELETING:
-			out = append(out, fmt.Sprintf("sandbox %s is still being deleted", ref))
+			stuck = append(stuck, sb)
 		case ph == shoalv1.SandboxPhase_UNKNOWN, ph == shoalv1.SandboxPhase_PROVISIONING, ph == shoalv1.SandboxPhase_PAUSED:
 			out = append(out, fmt.Sprintf("sandbox %s is %s", ref, ph))
 		}
@@ -311,6 +312,21 @@ func (st convergenceState) gaps(nodes, engines []string) []string {
 			out = append(out, fmt.Sprintf("%s of sandbox %s is paused", desc, r.ref))
 		}
 		onOwn[uid] = append(onOwn[uid], ec)
+	}
+	for _, sb := range stuck {
+		// What a stuck delete waits for: its owner (ready or not) and its
+		// containers on the engines.
+		m, node := sb.GetMeta(), store.NodeOf(sb)
+		var cs []string
+		for _, ec := range onOwn[m.GetUid()] {
+			cs = append(cs, short(ec.c.ID)+" "+string(ec.c.State))
+		}
+		since := "no deletion timestamp"
+		if m.GetDeletionTimestamp() != nil {
+			since = "deleting for " + time.Since(m.GetDeletionTimestamp().AsTime()).Round(time.Second).String()
+		}
+		out = append(out, fmt.Sprintf("sandbox %s/%s is still being deleted (uid %s, node %s ready %v, phase %s, %s, status %q, containers on its node's engine %v)",
+			m.GetWorkspace(), m.GetName(), m.GetUid(), node, st.ready[node], sb.GetStatus().GetPhase(), since, sb.GetStatus().GetMessage(), cs))
 	}
 	for uid, r := range byUID {
 		if !slices.Contains(engines, r.node) {

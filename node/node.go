@@ -47,6 +47,8 @@ type engine interface {
 	agent.Runtime
 	apiserver.Runtime
 	apiserver.Engine
+	// Capacity is what the engine has, for the node's registration.
+	Capacity(ctx context.Context) (shoal.EngineCapacity, error)
 	Close() error
 }
 
@@ -241,10 +243,17 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// What the engine has goes into the registration, so that placement
+	// on any node can skip this one for a sandbox it could never run.
+	engineCap, err := rt.Capacity(ctx)
+	if err != nil {
+		cfg.Logger.Warn("the engine's capacity is not known; placement will not check it", "err", err)
+	}
 	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Metrics: m, TTL: cfg.NodeTTL, Instance: instance, Logger: cfg.Logger,
 		Node: &shoalv1.Node{Name: cfg.ID, Address: advertise, Version: cfg.Version, Labels: maps.Clone(cfg.NodeLabels),
 			MaxSandboxes: int32(cfg.MaxSandboxes), StartedAt: timestamppb.Now(),
-			MaxCpuMillis: cfg.SandboxLimits.MaxCPUMillis, MaxMemoryBytes: cfg.SandboxLimits.MaxMemoryBytes, EncryptionKey: keyID(n.keys)}})
+			MaxCpuMillis: cfg.SandboxLimits.MaxCPUMillis, MaxMemoryBytes: cfg.SandboxLimits.MaxMemoryBytes, EncryptionKey: keyID(n.keys),
+			EngineCpuMillis: int64(engineCap.NCPU) * 1000, EngineMemoryBytes: engineCap.MemTotal}})
 	if err != nil {
 		return err
 	}

@@ -360,39 +360,9 @@ func (s *Store) placementNodes(ctx context.Context, fromCopy bool) (candidates, 
 // the choice is counted as a create in flight on that node, until *hold
 // (set here, the previous choice's released) is called.
 func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoalv1.Sandbox, hold *func()) ([]clientv3.Cmp, []clientv3.Op, error) {
-	var why []string
-	var fit []*shoalv1.Node
-	for _, n := range c.nodes {
-		if p.Node != "" && n.Name != p.Node {
-			continue
-		}
-		switch {
-		case !n.Status.Ready:
-			why = append(why, n.Name+" not ready")
-		case n.Status.Cordoned:
-			why = append(why, n.Name+" cordoned")
-		case n.MaxSandboxes > 0 && n.Status.Sandboxes >= n.MaxSandboxes:
-			why = append(why, fmt.Sprintf("%s full (%d/%d)", n.Name, n.Status.Sandboxes, n.MaxSandboxes))
-		default:
-			if over := exceeds(n, sb.GetSpec().GetResources()); over != "" {
-				why = append(why, over)
-				continue
-			}
-			if missing := lacks(n.Labels, p.Selector); missing != "" {
-				why = append(why, n.Name+" lacks label "+missing)
-				continue
-			}
-			fit = append(fit, n)
-		}
-	}
-	if len(fit) == 0 {
-		switch {
-		case p.Node != "" && len(why) == 0:
-			return nil, nil, shoal.FailedPrecondition("node %q is not known; `shoal node list` shows the nodes", p.Node)
-		case len(why) == 0:
-			return nil, nil, shoal.FailedPrecondition("no node fits: no node has registered; start one with `shoal node start`")
-		}
-		return nil, nil, shoal.FailedPrecondition("no node fits: %s", strings.Join(why, ", "))
+	fit, err := fitting(c.nodes, p, sb)
+	if err != nil {
+		return nil, nil, err
 	}
 	if *hold != nil {
 		(*hold)() // an earlier attempt's choice
@@ -476,11 +446,84 @@ func (s *Store) unplace(ctx context.Context, sb *shoalv1.Sandbox) ([]clientv3.Op
 	return ops, nil
 }
 
-// exceeds says which of a node's sandbox maximums r is above, if any.
-// (A sandbox that asks for nothing gets the node's defaults, which are
-// within its maximums.)
+// fitting are the nodes among nodes that sb may be placed on, or a
+// FAILED_PRECONDITION saying why each of them may not.
+func fitting(nodes []*shoalv1.Node, p Placement, sb *shoalv1.Sandbox) ([]*shoalv1.Node, error) {
+	var why []string
+	var fit []*shoalv1.Node
+	for _, n := range nodes {
+		if p.Node != "" && n.Name != p.Node {
+			continue
+		}
+		switch {
+		case !n.Status.Ready:
+			why = append(why, n.Name+" not ready")
+		case n.Status.Cordoned:
+			why = append(why, n.Name+" cordoned")
+		case n.MaxSandboxes > 0 && n.Status.Sandboxes >= n.MaxSandboxes:
+			why = append(why, fmt.Sprintf("%s full (%d/%d)", n.Name, n.Status.Sandboxes, n.MaxSandboxes))
+		default:
+			if over := exceeds(n, sb.GetSpec().GetResources()); over != "" {
+				why = append(why, over)
+				continue
+			}
+			if missing := lacks(n.Labels, p.Selector); missing != "" {
+				why = append(why, n.Name+" lacks label "+missing)
+				continue
+			}
+			fit = append(fit, n)
+		}
+	}
+	if len(fit) == 0 {
+		switch {
+		case p.Node != "" && len(why) == 0:
+			return nil, shoal.FailedPrecondition("node %q is not known; `shoal node list` shows the nodes", p.Node)
+		case len(why) == 0:
+			return nil, shoal.FailedPrecondition("no node fits: no node has registered; start one with `shoal node start`")
+		}
+		return nil, shoal.FailedPrecondition("no node fits: %s", strings.Join(why, ", "))
+	}
+	return fit, nil
+}
+
+// Candidates names the nodes a create of sb could be placed on now, as
+// the watch cache's copy of the registry has them (etcd's without a
+// cache): advice for checks before the create (which decides from the
+// registry in its own Txn), or the create's own refusal when none fits.
+func (s *Store) Candidates(ctx context.Context, p Placement, sb *shoalv1.Sandbox) ([]string, error) {
+	c, err := s.placementNodes(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	fit, err := fitting(c.nodes, p, sb)
+	if err != nil && c.cached {
+		// A refusal from cached state is decided again from etcd's, as
+		// the create does.
+		nodes, _, rerr := s.registryRevs(ctx, true)
+		if rerr != nil {
+			return nil, rerr
+		}
+		fit, err = fitting(nodes, p, sb)
+	}
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(fit))
+	for i, n := range fit {
+		names[i] = n.Name
+	}
+	return names, nil
+}
+
+// exceeds says which of a node's sandbox maximums, or what its engine
+// has, r is above, if any. (A sandbox that asks for nothing gets the
+// node's defaults, which are within its maximums.)
 func exceeds(n *shoalv1.Node, r *shoalv1.Resources) string {
 	switch {
+	case n.EngineCpuMillis > 0 && r.GetCpuMillis() > n.EngineCpuMillis:
+		return fmt.Sprintf("%s's engine has %d CPUs: sandbox.spec.resources.cpu_millis up to %d, not %d", n.Name, n.EngineCpuMillis/1000, n.EngineCpuMillis, r.GetCpuMillis())
+	case n.EngineMemoryBytes > 0 && r.GetMemoryBytes() > n.EngineMemoryBytes:
+		return fmt.Sprintf("%s's engine has %d bytes of memory: sandbox.spec.resources.memory_bytes up to that, not %d", n.Name, n.EngineMemoryBytes, r.GetMemoryBytes())
 	case n.MaxCpuMillis > 0 && r.GetCpuMillis() > n.MaxCpuMillis:
 		return fmt.Sprintf("%s allows sandbox.spec.resources.cpu_millis up to %d (its --sandbox-max-cpu-millis), not %d", n.Name, n.MaxCpuMillis, r.GetCpuMillis())
 	case n.MaxMemoryBytes > 0 && r.GetMemoryBytes() > n.MaxMemoryBytes:

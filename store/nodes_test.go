@@ -410,3 +410,65 @@ func TestPlacementHonoursNodeMaximums(t *testing.T) {
 		t.Fatalf("a refused create left a record: %v", err)
 	}
 }
+
+// What a node's engine has is in its registration too: placement skips a
+// node whose engine a sandbox asks more of, and Candidates (the API's
+// advice before a create) names the nodes the create could go to.
+func TestPlacementHonoursEngineCapacity(t *testing.T) {
+	s, c := newStore(t)
+	ctx := ctxT(t)
+	for _, n := range []*shoalv1.Node{
+		{Name: "two", Address: "two:7443", EngineCpuMillis: 2000, EngineMemoryBytes: 4 << 30},
+		{Name: "eight", Address: "eight:7443", EngineCpuMillis: 8000, EngineMemoryBytes: 16 << 30},
+		{Name: "unknown", Address: "unknown:7443", Labels: map[string]string{"zone": "b"}}, // its engine did not answer
+	} {
+		l, err := c.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RegisterNode(ctx, store.Registration{Node: n, Instance: n.Name}, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	withCPU := func(name string, cpu int64) *shoalv1.Sandbox {
+		sb := sandbox(name)
+		sb.Spec.Resources = &shoalv1.Resources{CpuMillis: cpu}
+		return sb
+	}
+	for _, tc := range []struct {
+		cpu  int64
+		sel  map[string]string
+		want []string
+	}{
+		{1000, nil, []string{"eight", "two", "unknown"}},
+		{4000, nil, []string{"eight", "unknown"}},
+		{4000, map[string]string{"zone": "b"}, []string{"unknown"}},
+	} {
+		got, err := s.Candidates(ctx, store.Placement{Selector: tc.sel}, withCPU("x", tc.cpu))
+		slices.Sort(got)
+		if err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("candidates for %d millicores, selector %v: %v %v, want %v", tc.cpu, tc.sel, got, err, tc.want)
+		}
+	}
+	for i := range 4 {
+		sb, err := s.CreateSandboxOn(ctx, withCPU(fmt.Sprintf("big-%d", i), 4000), store.Placement{}, "")
+		if err != nil || sb.Spec.Node == "two" {
+			t.Fatalf("4000 millicores with two's engine at 2 CPUs: %v, placed on %q", err, sb.GetSpec().GetNode())
+		}
+	}
+	_, err := s.CreateSandboxOn(ctx, withCPU("pinned", 3000), store.Placement{Node: "two"}, "")
+	if msg := fmt.Sprint(err); shoal.KindOf(err) != shoal.KindFailedPrecondition ||
+		!strings.Contains(msg, "two's engine has 2 CPUs: sandbox.spec.resources.cpu_millis up to 2000, not 3000") {
+		t.Fatalf("3000 millicores pinned to a 2-CPU engine: %v", err)
+	}
+	sb := sandbox("huge")
+	sb.Spec.Resources = &shoalv1.Resources{MemoryBytes: 32 << 30}
+	_, err = s.Candidates(ctx, store.Placement{Selector: map[string]string{"zone": "a"}}, sb)
+	if msg := fmt.Sprint(err); shoal.KindOf(err) != shoal.KindFailedPrecondition || !strings.Contains(msg, "no node fits") ||
+		!strings.Contains(msg, "eight's engine has 17179869184 bytes of memory") || !strings.Contains(msg, "unknown lacks label zone=a") {
+		t.Fatalf("candidates for 32 GiB in zone a: %v", err)
+	}
+	if _, err := s.GetSandbox(ctx, "default", "pinned"); shoal.KindOf(err) != shoal.KindNotFound {
+		t.Fatalf("a refused create left a record: %v", err)
+	}
+}

@@ -2253,8 +2253,13 @@ type Node struct {
 	// without --encryption-key-file. A rotation requires every live node to
 	// seal with the key it rotates to.
 	EncryptionKey string `protobuf:"bytes,10,opt,name=encryption_key,json=encryptionKey,proto3" json:"encryption_key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// What this node's container engine has (docker info at start): its CPUs
+	// in millis and its memory. Placement skips a node whose engine a
+	// sandbox's resources exceed. 0: not known (the engine did not answer).
+	EngineCpuMillis   int64 `protobuf:"varint,11,opt,name=engine_cpu_millis,json=engineCpuMillis,proto3" json:"engine_cpu_millis,omitempty"`
+	EngineMemoryBytes int64 `protobuf:"varint,12,opt,name=engine_memory_bytes,json=engineMemoryBytes,proto3" json:"engine_memory_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -2355,6 +2360,20 @@ func (x *Node) GetEncryptionKey() string {
 		return x.EncryptionKey
 	}
 	return ""
+}
+
+func (x *Node) GetEngineCpuMillis() int64 {
+	if x != nil {
+		return x.EngineCpuMillis
+	}
+	return 0
+}
+
+func (x *Node) GetEngineMemoryBytes() int64 {
+	if x != nil {
+		return x.EngineMemoryBytes
+	}
+	return 0
 }
 
 type NodeStatus struct {
@@ -3708,7 +3727,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\rpreconditions\x18\x04 \x01(\v2\x17.shoal.v1.PreconditionsR\rpreconditions\"b\n" +
 	"\x16DeleteProviderResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x01(\bR\adeleted\x12.\n" +
-	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"\xc2\x03\n" +
+	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"\x9e\x04\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
@@ -3721,7 +3740,9 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x0emax_cpu_millis\x18\b \x01(\x03R\fmaxCpuMillis\x12(\n" +
 	"\x10max_memory_bytes\x18\t \x01(\x03R\x0emaxMemoryBytes\x12%\n" +
 	"\x0eencryption_key\x18\n" +
-	" \x01(\tR\rencryptionKey\x1a9\n" +
+	" \x01(\tR\rencryptionKey\x12*\n" +
+	"\x11engine_cpu_millis\x18\v \x01(\x03R\x0fengineCpuMillis\x12.\n" +
+	"\x13engine_memory_bytes\x18\f \x01(\x03R\x11engineMemoryBytes\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
