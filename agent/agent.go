@@ -73,6 +73,10 @@ type Config struct {
 	// Resync compares every sandbox of this node with its container this
 	// often, and looks for orphans.
 	Resync time.Duration
+	// ReconcileTimeout bounds one reconcile of a sandbox (default
+	// DefaultReconcileTimeout); past it the reconcile fails and is tried
+	// again.
+	ReconcileTimeout time.Duration
 	// OrphanGrace is how long a container must be seen without a record
 	// before it is reaped.
 	OrphanGrace time.Duration
@@ -120,6 +124,18 @@ type Agent struct {
 // waits for.
 const runTimeout = 30 * time.Second
 
+// DefaultReconcileTimeout bounds one reconcile of a sandbox (its reads, its
+// container calls, its status write), and stepTimeout one resync, freeze
+// or rejoin. A call that hangs (an engine or an etcd connection that
+// stopped answering) then fails and is tried again, instead of holding
+// the sandbox's key, or the agent's loop, for good: the workqueue runs
+// one reconcile per name at a time, so a hung one would hold every later
+// sandbox of that name too, its deletion included.
+const (
+	DefaultReconcileTimeout = runTimeout + 30*time.Second
+	stepTimeout             = 30 * time.Second
+)
+
 // MaxProvisionAttempts is how often a container start is tried before the
 // sandbox is put in ERROR.
 const MaxProvisionAttempts = 5
@@ -146,6 +162,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 8
+	}
+	if cfg.ReconcileTimeout <= 0 {
+		cfg.ReconcileTimeout = DefaultReconcileTimeout
 	}
 	if cfg.Resync <= 0 {
 		cfg.Resync = 10 * time.Second
@@ -195,7 +214,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		q.Run(ctx, a.cfg.Workers, func(it item) time.Duration {
-			if err := a.reconcile(ctx, it); err != nil && ctx.Err() == nil {
+			rctx, cancel := context.WithTimeout(ctx, a.cfg.ReconcileTimeout)
+			defer cancel()
+			if err := a.reconcile(rctx, it); err != nil && ctx.Err() == nil {
 				a.log.Warn("reconcile failed; will retry", "sandbox", it.key(), "err", err)
 				return time.Second
 			}
@@ -351,6 +372,8 @@ func (b *backoff) next(now time.Time) time.Duration {
 // are listed before records: a container is only created after its record,
 // so a container missing from the later record list has no record.
 func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
 	cs, err := a.cfg.Runtime.List(ctx)
 	if err != nil {
 		a.log.Warn("resync: list containers", "err", err)

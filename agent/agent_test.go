@@ -149,3 +149,104 @@ func TestBrokenStreamsAreReopenedWithBackoff(t *testing.T) {
 		}
 	}
 }
+
+// hangingRuntime is the real runtime, except that its first Remove hangs
+// until its caller gives up, as a call to an engine that stopped
+// answering does.
+type hangingRuntime struct {
+	*docker.Runtime
+	removes calls
+}
+
+func (h *hangingRuntime) Remove(ctx context.Context, uid string) error {
+	if h.removes.add() == 1 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return h.Runtime.Remove(ctx, uid)
+}
+
+// A reconcile that hangs (here the container removal of a deletion) is
+// given up after ReconcileTimeout and tried again, rather than holding the
+// sandbox's name for good: the teardown completes.
+func TestHungReconcileIsRetried(t *testing.T) {
+	testenv.RequireDocker(t)
+	cli, _ := testenv.Etcd(t)
+	st := store.New(cli, store.Options{})
+	node := fmt.Sprintf("ah%x", time.Now().UnixNano())[:14]
+	t.Cleanup(func() { testenv.RemoveNodeContainers(t, node) })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rt, err := docker.New(ctx, docker.Config{Node: node, Cluster: "agenttest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	hr := &hangingRuntime{Runtime: rt}
+	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Node: &shoalv1.Node{Name: node}, Instance: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 500 * time.Millisecond
+	a, err := agent.New(agent.Config{Node: node, Store: st, Runtime: hr, Lease: reg, Resync: time.Hour, ReconcileTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	regDone := make(chan error, 1)
+	go func() { done <- a.Start(actx) }()
+	go func() { regDone <- reg.Start(actx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+		if err := <-regDone; err != nil {
+			t.Errorf("registry: %v", err)
+		}
+	}()
+	sb, err := st.CreateSandbox(ctx, &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "hung"},
+		Spec: &shoalv1.SandboxSpec{Image: docker.DefaultImage}, Status: &shoalv1.SandboxStatus{Node: node}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "sandbox READY", func() (bool, error) {
+		got, err := st.GetSandbox(ctx, "default", "hung")
+		return err == nil && got.Status.Phase == shoalv1.SandboxPhase_READY, err
+	})
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	teardowns := st.WatchTeardowns(wctx)
+	start := time.Now()
+	if _, err := st.MarkSandboxDeleting(ctx, "default", "hung", store.Preconditions{}); err != nil {
+		t.Fatal(err)
+	}
+	for ev := range teardowns {
+		if ev.Err != nil {
+			t.Fatal(ev.Err)
+		}
+		if ws, name := store.TeardownName(ev.Name); ws == "default" && name == "hung" && !ev.Deleted {
+			break
+		}
+	}
+	took := time.Since(start)
+	if n := len(hr.removes.times()); n < 2 {
+		t.Fatalf("teardown recorded after %d container removals; want the hung one and a retry", n)
+	}
+	if took < timeout {
+		t.Fatalf("teardown recorded after %s, before the hung removal's %s timeout", took, timeout)
+	}
+	cs, err := rt.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if c.UID == sb.Meta.Uid {
+			t.Fatalf("container %s of the torn-down sandbox is still there", c.ID)
+		}
+	}
+}

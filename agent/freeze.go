@@ -89,6 +89,8 @@ func (a *Agent) checkLease(ctx context.Context, q *workqueue.Queue[item]) {
 // from the lease's expiry, to freeze everything, and one pause after
 // another on a busy engine took longer than that in a chaos run.
 func (a *Agent) freeze(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
 	cs, err := a.cfg.Runtime.List(ctx)
 	if err != nil {
 		return err
@@ -141,6 +143,8 @@ const pauseWidth = 16
 // orphan grace; the ones freeze paused are thawed; every sandbox is queued.
 // Containers are listed before records, as in resync.
 func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
+	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
+	defer cancel()
 	cs, err := a.cfg.Runtime.List(ctx)
 	if err != nil {
 		return err
