@@ -108,6 +108,9 @@ func (t task) key() string {
 	return "s/" + t.ws + "/" + t.name + "/" + t.uid
 }
 
+// taskTimeout bounds one teardown step.
+const taskTimeout = time.Minute
+
 // lead runs one term. It returns when ctx ends (lease lost or shutdown).
 func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 	fence := l.Fence()
@@ -120,7 +123,11 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 	go func() {
 		defer wg.Done()
 		q.Run(ctx, c.cfg.Workers, func(t task) time.Duration {
-			after, err := c.process(ctx, fence, q, t)
+			// Bounded: a step whose etcd call hangs is tried again
+			// rather than holding its task for the rest of the term.
+			tctx, tcancel := context.WithTimeout(ctx, taskTimeout)
+			defer tcancel()
+			after, err := c.process(tctx, fence, q, t)
 			switch {
 			case err == nil:
 				return after
