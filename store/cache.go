@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/btree"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
@@ -270,7 +271,7 @@ type kindCache[T object] struct {
 	snaps map[int64]snapshotOf[T]
 	// recent: this node's own latest writes not yet seen on the watch,
 	// a better start for the update loop than a lagging copy.
-	recent map[string]start[T]
+	recent map[string]start
 	// unseen counts per node the created records in recent that the copy
 	// does not hold yet (unseenAt: which keys, on which node), kept as
 	// recent and the copy change so that placement need not walk recent.
@@ -292,16 +293,20 @@ type snapshotOf[T object] struct {
 	at   time.Time
 }
 
-// start is an update loop's starting state; absent marks a deleted key.
-type start[T object] struct {
-	c      cached[T]
+// start is this node's own write of a key: the bytes it wrote (decoded
+// only when an update loop starts from them), their revision, and the
+// node of the record; absent marks a deleted key.
+type start struct {
+	raw    []byte
+	rev    int64
+	node   string
 	absent bool
 }
 
 func newKindCache[T object](c *Cache, cd codec[T], prefix string, max int) *kindCache[T] {
 	return &kindCache[T]{c: c, codec: cd, prefix: prefix, max: max, listed: make(chan struct{}), established: make(chan struct{}), progress: make(chan struct{}, 1),
 		tree: btree.NewG(32, entryLess[T]), changed: make(chan struct{}),
-		watchers: map[*cacheWatcher[T]]struct{}{}, snaps: map[int64]snapshotOf[T]{}, recent: map[string]start[T]{},
+		watchers: map[*cacheWatcher[T]]struct{}{}, snaps: map[int64]snapshotOf[T]{}, recent: map[string]start{},
 		perNode: map[string]int{}, pending: map[string]int{}, unseen: map[string]int{}, unseenAt: map[string]string{}}
 }
 
@@ -636,7 +641,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 				e.Type = shoalv1.EventType_ADDED
 			}
 		}
-		if r, ok := k.recent[key]; ok && r.c.rev <= rev {
+		if r, ok := k.recent[key]; ok && r.rev <= rev {
 			delete(k.recent, key)
 		}
 		k.markUnseenLocked(key)
@@ -799,11 +804,15 @@ func (k *kindCache[T]) startFor(key string) (*cached[T], bool) {
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	e, ok := k.tree.Get(entry[T]{key: key})
-	if r, rok := k.recent[key]; rok && (!ok || r.c.rev > e.rev) {
+	if r, rok := k.recent[key]; rok && (!ok || r.rev > e.rev) {
 		if r.absent {
 			return &cached[T]{}, true
 		}
-		return &cached[T]{obj: clone(r.c.obj), raw: r.c.raw, rev: r.c.rev}, true
+		obj, err := k.codec.decode(&mvccpb.KeyValue{Key: []byte(key), Value: r.raw, ModRevision: r.rev})
+		if err != nil {
+			return nil, false // cannot happen for bytes this node encoded; read etcd
+		}
+		return &cached[T]{obj: obj, raw: r.raw, rev: r.rev}, true
 	}
 	if !ok {
 		return &cached[T]{}, true
@@ -817,7 +826,8 @@ func (k *kindCache[T]) startFor(key string) (*cached[T], bool) {
 // maxRecent bounds the own-writes memo; it empties as the watch catches up.
 const maxRecent = 4096
 
-// wrote records this node's write of key (obj nil: deleted) at rev.
+// wrote records this node's write of key (obj nil: deleted) at rev: raw
+// is what was written, obj only its decoded form, not kept.
 func (k *kindCache[T]) wrote(key string, obj T, raw []byte, rev int64) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -828,7 +838,11 @@ func (k *kindCache[T]) wrote(key string, obj T, raw []byte, rev int64) {
 		k.clearRecentLocked()
 	}
 	var zero T
-	k.recent[key] = start[T]{c: cached[T]{obj: obj, raw: raw, rev: rev}, absent: obj == zero}
+	w := start{raw: raw, rev: rev, absent: obj == zero}
+	if !w.absent && k.node != nil {
+		w.node = k.node(obj)
+	}
+	k.recent[key] = w
 	k.markUnseenLocked(key)
 }
 
@@ -853,7 +867,7 @@ func (k *kindCache[T]) markUnseenLocked(key string) {
 	want, now := false, ""
 	if inRecent && !r.absent {
 		if _, inCopy := k.tree.Get(entry[T]{key: key}); !inCopy {
-			want, now = true, k.node(r.c.obj)
+			want, now = true, r.node
 		}
 	}
 	if counted == want && was == now {

@@ -30,7 +30,7 @@ func TestUnseenCountsFollowWritesAndWatch(t *testing.T) {
 				continue
 			}
 			if _, ok := k.tree.Get(entry[*shoalv1.Sandbox]{key: key}); !ok {
-				want[NodeOf(r.c.obj)]++
+				want[r.node]++
 			}
 		}
 		return want

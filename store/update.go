@@ -297,12 +297,7 @@ func updateLoop[T object](ctx context.Context, s *Store, u updateSpec[T], st *up
 				*u.committed = committedAt
 			}
 			if k := kindOf(s, u.codec); k != nil {
-				var mine T
-				if next != zero {
-					mine = clone(next)
-					mine.GetMeta().ResourceVersion = committedAt
-				}
-				k.wrote(u.key, mine, val, committedAt)
+				k.wrote(u.key, next, val, committedAt)
 			}
 			if u.fence != nil {
 				s.applied("update", u.key, u.fence, committedAt)
