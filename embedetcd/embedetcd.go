@@ -379,9 +379,11 @@ func (s *Server) IsLearner() bool { return s.e.Server.IsLearner() }
 func (s *Server) AppliedIndex() uint64 { return s.e.Server.AppliedIndex() }
 
 // VoterClientURLs are the client URLs of the cluster's voting members as
-// this member knows them, its own first when it votes. A client that
-// knows them all survives the loss of any one member; learners are left
-// out, since they refuse most requests.
+// this member knows them, its own (advertised, as Client dials it) first
+// when it votes. A client that knows them all survives the loss of any
+// one member; learners are left out, since they refuse most requests.
+// Right after a start, members that have not yet published their URLs
+// are missing: a DialMembers client learns them at its first auto-sync.
 func (s *Server) VoterClientURLs() []string {
 	var own, others []string
 	for _, m := range s.e.Server.Cluster().Members() {
@@ -389,7 +391,7 @@ func (s *Server) VoterClientURLs() []string {
 			continue
 		}
 		if m.ID == s.e.Server.MemberID() {
-			own = append(own, s.Endpoint())
+			own = append(own, s.ClientURL())
 			continue
 		}
 		others = append(others, m.ClientURLs...)
@@ -401,13 +403,16 @@ func (s *Server) VoterClientURLs() []string {
 // (ErrRemoved when it was removed from the cluster).
 func (s *Server) Err() <-chan error { return s.errc }
 
-// Client dials the member (with its own certificate when it serves TLS).
+// Client dials the member (with its own certificate when it serves TLS)
+// at its advertised client URL. Not at its listen address: one that
+// listens on every address (0.0.0.0, ::) names no host a certificate
+// can be valid for, so over TLS it is not a usable endpoint.
 func (s *Server) Client() (*clientv3.Client, error) {
 	tc, err := s.cfg.clientTLS()
 	if err != nil {
 		return nil, err
 	}
-	return Dial([]string{s.Endpoint()}, WithTLS(tc))
+	return Dial([]string{s.ClientURL()}, WithTLS(tc))
 }
 
 // clientTLS is the member's own certificate as a client's, nil without TLS.

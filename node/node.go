@@ -68,9 +68,13 @@ type Node struct {
 	mu    sync.Mutex
 	addr  string
 	etcdE string
-	st    *store.Store
-	el    *lease.Elector
-	ag    *agent.Agent
+	// etcdOwn is the embedded member's advertised client URL, which this
+	// node dials it at (its listen address may name no host, as 0.0.0.0
+	// does, that a TLS certificate can be valid for); empty without one.
+	etcdOwn string
+	st      *store.Store
+	el      *lease.Elector
+	ag      *agent.Agent
 	// cluster is the cluster id from etcd, once Ready.
 	cluster string
 }
@@ -293,10 +297,9 @@ func (n *Node) Run(ctx context.Context) error {
 	gs := grpc.NewServer(append(api.ServerOptions(),
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(tracing.Propagator))))...)
 	shoalv1.RegisterShoalServer(gs, api)
-	var etcdMember string
-	if len(cfg.EtcdEndpoints) == 0 {
-		etcdMember = n.EtcdEndpoint()
-	}
+	n.mu.Lock()
+	etcdMember := n.etcdOwn
+	n.mu.Unlock()
 	shoalv1.RegisterClusterServer(gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, EtcdMember: etcdMember, Transport: n.transport, Keys: n.keys, Logger: cfg.Logger}))
 
 	n.mu.Lock()
@@ -429,7 +432,7 @@ func (n *Node) etcd(ctx context.Context) (*clientv3.Client, <-chan error, func()
 		return nil, nil, nil, err
 	}
 	n.mu.Lock()
-	n.etcdE = srv.Endpoint()
+	n.etcdE, n.etcdOwn = srv.Endpoint(), srv.ClientURL()
 	n.mu.Unlock()
 	return cli, srv.Err(), func() { cli.Close(); srv.Close() }, nil
 }
