@@ -214,8 +214,8 @@ func (a *Agent) Start(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		q.Run(ctx, a.cfg.Workers, func(it item) time.Duration {
-			rctx, cancel := context.WithTimeout(ctx, a.cfg.ReconcileTimeout)
-			defer cancel()
+			rctx, rcancel := context.WithTimeout(ctx, a.cfg.ReconcileTimeout)
+			defer rcancel()
 			if err := a.reconcile(rctx, it); err != nil && ctx.Err() == nil {
 				a.log.Warn("reconcile failed; will retry", "sandbox", it.key(), "err", err)
 				return time.Second

@@ -175,7 +175,7 @@ func TestHungReconcileIsRetried(t *testing.T) {
 	st := store.New(cli, store.Options{})
 	node := fmt.Sprintf("ah%x", time.Now().UnixNano())[:14]
 	t.Cleanup(func() { testenv.RemoveNodeContainers(t, node) })
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rt, err := docker.New(ctx, docker.Config{Node: node, Cluster: "agenttest"})
 	if err != nil {
@@ -214,7 +214,7 @@ func TestHungReconcileIsRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, time.Minute, "sandbox READY", func() (bool, error) {
+	testenv.Eventually(t, 30*time.Second, "sandbox READY", func() (bool, error) {
 		got, err := st.GetSandbox(ctx, "default", "hung")
 		return err == nil && got.Status.Phase == shoalv1.SandboxPhase_READY, err
 	})
@@ -225,15 +225,20 @@ func TestHungReconcileIsRetried(t *testing.T) {
 	if _, err := st.MarkSandboxDeleting(ctx, "default", "hung", store.Preconditions{}); err != nil {
 		t.Fatal(err)
 	}
+	recorded := false
 	for ev := range teardowns {
 		if ev.Err != nil {
 			t.Fatal(ev.Err)
 		}
 		if ws, name := store.TeardownName(ev.Name); ws == "default" && name == "hung" && !ev.Deleted {
+			recorded = true
 			break
 		}
 	}
 	took := time.Since(start)
+	if !recorded {
+		t.Fatalf("no teardown recorded in %s (%d container removals)", took.Round(time.Millisecond), len(hr.removes.times()))
+	}
 	if n := len(hr.removes.times()); n < 2 {
 		t.Fatalf("teardown recorded after %d container removals; want the hung one and a retry", n)
 	}

@@ -18,6 +18,7 @@ import (
 	"shoal/apiserver"
 	"shoal/embedetcd"
 	"shoal/internal/testenv"
+	"shoal/node"
 	"shoal/store"
 )
 
@@ -319,5 +320,34 @@ func TestListOfLargeRecordsFitsEveryPage(t *testing.T) {
 	var items struct{ Items []json.RawMessage }
 	if err := json.Unmarshal(out, &items); err != nil || len(items.Items) != 80 {
 		t.Fatalf("shoal sandbox list -o json: %d items, %v", len(items.Items), err)
+	}
+}
+
+// A create whose reply was lost is retried with the same request id and
+// gets its sandbox back, also when that sandbox took the last slot in the
+// cluster; another create of the name is ALREADY_EXISTS, not "no node
+// fits": the API's checks before the create refuse nothing placement
+// would decide.
+func TestCreateRetryOnAFullCluster(t *testing.T) {
+	cfg := testenv.NodeConfig(t)
+	cfg.Runtime, cfg.MaxSandboxes = node.RuntimeHollow, 1
+	n := testenv.StartNode(t, cfg)
+	ctx := ctxT(t, time.Minute)
+	req := &shoalv1.CreateSandboxRequest{RequestId: "retry-full-1", Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "last"}}}
+	first, err := n.Client.CreateSandbox(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := n.Client.CreateSandbox(ctx, req)
+	if err != nil || again.GetMeta().GetUid() != first.Meta.Uid {
+		t.Fatalf("the same create again on a full cluster: %v %v; want the first attempt's sandbox (uid %s)", again.GetMeta().GetUid(), err, first.Meta.Uid)
+	}
+	_, err = n.Client.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{RequestId: "retry-full-2", Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "last"}}})
+	if status.Code(err) != codes.AlreadyExists {
+		t.Fatalf("another create of the name: %v, want ALREADY_EXISTS", err)
+	}
+	_, err = n.Client.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "one-more"}}})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "full (1/1)") {
+		t.Fatalf("a new sandbox on the full cluster: %v, want FAILED_PRECONDITION naming the full node", err)
 	}
 }

@@ -58,11 +58,11 @@ func (s *Server) admit(ctx context.Context, spec *shoalv1.SandboxSpec) error {
 	}
 	owner := spec.Node
 	if owner == "" {
+		// Advice only: a refusal is the create's to give, after its own
+		// checks (a retry of a create that took the last slot must get
+		// its sandbox back, a taken name ALREADY_EXISTS).
 		nodes, err := s.cfg.Store.Candidates(ctx, store.Placement{Selector: spec.NodeSelector}, &shoalv1.Sandbox{Spec: spec})
-		if err != nil {
-			return err // the create's own refusal, said before anything is written
-		}
-		if len(nodes) != 1 {
+		if err != nil || len(nodes) != 1 {
 			return nil
 		}
 		owner = nodes[0]

@@ -323,10 +323,14 @@ func (st convergenceState) gaps(nodes, engines []string) []string {
 		}
 		since := "no deletion timestamp"
 		if m.GetDeletionTimestamp() != nil {
-			since = "deleting for " + time.Since(m.GetDeletionTimestamp().AsTime()).Round(time.Second).String()
+			since = "deleting since " + m.GetDeletionTimestamp().AsTime().Format(time.RFC3339Nano)
 		}
-		out = append(out, fmt.Sprintf("sandbox %s/%s is still being deleted (uid %s, node %s ready %v, phase %s, %s, status %q, containers on its node's engine %v)",
-			m.GetWorkspace(), m.GetName(), m.GetUid(), node, st.ready[node], sb.GetStatus().GetPhase(), since, sb.GetStatus().GetMessage(), cs))
+		onEngine := fmt.Sprintf("containers on its node's engine %v", cs)
+		if !slices.Contains(engines, node) {
+			onEngine = "its node's engine not sampled"
+		}
+		out = append(out, fmt.Sprintf("sandbox %s/%s is still being deleted (uid %s, node %s ready %v, phase %s, %s, status %q, %s)",
+			m.GetWorkspace(), m.GetName(), m.GetUid(), node, st.ready[node], sb.GetStatus().GetPhase(), since, sb.GetStatus().GetMessage(), onEngine))
 	}
 	for uid, r := range byUID {
 		if !slices.Contains(engines, r.node) {

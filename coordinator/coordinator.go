@@ -303,7 +303,9 @@ func (c *Coordinator) repair(ctx context.Context, fence *store.Fence) error {
 		}
 		c.log.Warn("repair: collect stray attachment keys", "err", err)
 	}
-	return nil
+	// Past its time bound (not the term's end), the pass is incomplete:
+	// say so, so that it is tried again.
+	return ctx.Err()
 }
 
 // process runs one task. It returns how long to wait before the task is

@@ -52,7 +52,7 @@ func TestTLSMemberListeningEverywhereDialsItself(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	c, err := srv.Client()
 	if err != nil {
 		t.Fatalf("the member's own client: %v", err)

@@ -365,6 +365,20 @@ func (s *Server) Endpoint() string { return s.e.Clients[0].Addr().String() }
 // ClientURL is the member's advertised client URL.
 func (s *Server) ClientURL() string { return s.cfg.advertiseClient() }
 
+// OwnURL is where this process dials its own member. With TLS, the
+// advertised client URL: the certificate is checked to cover it (a node
+// refuses to start otherwise), while the listen address may name no host
+// it can be valid for (0.0.0.0, ::). Plaintext, the bound listen address:
+// no name to resolve, no way round through a NAT.
+func (s *Server) OwnURL() string {
+	if s.cfg.TLS.Set() {
+		if u, err := url.Parse(s.ClientURL()); err == nil && u.Port() != "0" {
+			return s.ClientURL()
+		}
+	}
+	return s.Endpoint()
+}
+
 // PeerURL is the member's advertised peer URL.
 func (s *Server) PeerURL() string { return s.cfg.advertisePeer() }
 
@@ -379,7 +393,7 @@ func (s *Server) IsLearner() bool { return s.e.Server.IsLearner() }
 func (s *Server) AppliedIndex() uint64 { return s.e.Server.AppliedIndex() }
 
 // VoterClientURLs are the client URLs of the cluster's voting members as
-// this member knows them, its own (advertised, as Client dials it) first
+// this member knows them, its own (OwnURL, as Client dials it) first
 // when it votes. A client that knows them all survives the loss of any
 // one member; learners are left out, since they refuse most requests.
 // Right after a start, members that have not yet published their URLs
@@ -391,7 +405,7 @@ func (s *Server) VoterClientURLs() []string {
 			continue
 		}
 		if m.ID == s.e.Server.MemberID() {
-			own = append(own, s.ClientURL())
+			own = append(own, s.OwnURL())
 			continue
 		}
 		others = append(others, m.ClientURLs...)
@@ -404,15 +418,13 @@ func (s *Server) VoterClientURLs() []string {
 func (s *Server) Err() <-chan error { return s.errc }
 
 // Client dials the member (with its own certificate when it serves TLS)
-// at its advertised client URL. Not at its listen address: one that
-// listens on every address (0.0.0.0, ::) names no host a certificate
-// can be valid for, so over TLS it is not a usable endpoint.
+// at OwnURL.
 func (s *Server) Client() (*clientv3.Client, error) {
 	tc, err := s.cfg.clientTLS()
 	if err != nil {
 		return nil, err
 	}
-	return Dial([]string{s.ClientURL()}, WithTLS(tc))
+	return Dial([]string{s.OwnURL()}, WithTLS(tc))
 }
 
 // clientTLS is the member's own certificate as a client's, nil without TLS.

@@ -119,7 +119,7 @@ func (n *Node) startMember(ctx context.Context) (*embedetcd.Server, *clientv3.Cl
 	}
 	eps := srv.VoterClientURLs()
 	if len(eps) == 0 {
-		eps = []string{srv.ClientURL()}
+		eps = []string{srv.OwnURL()}
 	}
 	cli, err := embedetcd.DialMembers(eps, embedetcd.WithTLS(n.transport.ClientTLS()))
 	if err != nil {

@@ -68,9 +68,8 @@ type Node struct {
 	mu    sync.Mutex
 	addr  string
 	etcdE string
-	// etcdOwn is the embedded member's advertised client URL, which this
-	// node dials it at (its listen address may name no host, as 0.0.0.0
-	// does, that a TLS certificate can be valid for); empty without one.
+	// etcdOwn is where this node dials its embedded member
+	// (embedetcd.Server.OwnURL); empty without one.
 	etcdOwn string
 	st      *store.Store
 	el      *lease.Elector
@@ -115,7 +114,10 @@ func (n *Node) Ready() <-chan struct{} { return n.ready }
 // Addr is the API's address once Ready.
 func (n *Node) Addr() string { n.mu.Lock(); defer n.mu.Unlock(); return n.addr }
 
-// EtcdEndpoint is the etcd client URL the node uses, once Ready.
+// EtcdEndpoint is where etcd serves this node, once Ready: its embedded
+// member's listen address (host:port, as bound), or the first of
+// --etcd-endpoints. Over TLS a member listening on every address is
+// dialed at its advertised client URL instead (embedetcd.Server.OwnURL).
 func (n *Node) EtcdEndpoint() string { n.mu.Lock(); defer n.mu.Unlock(); return n.etcdE }
 
 // Store is the node's store, once Ready.
@@ -249,7 +251,9 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	// What the engine has goes into the registration, so that placement
 	// on any node can skip this one for a sandbox it could never run.
-	engineCap, err := rt.Capacity(ctx)
+	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+	engineCap, err := rt.Capacity(cctx)
+	ccancel()
 	if err != nil {
 		cfg.Logger.Warn("the engine's capacity is not known; placement will not check it", "err", err)
 	}
@@ -432,7 +436,7 @@ func (n *Node) etcd(ctx context.Context) (*clientv3.Client, <-chan error, func()
 		return nil, nil, nil, err
 	}
 	n.mu.Lock()
-	n.etcdE, n.etcdOwn = srv.Endpoint(), srv.ClientURL()
+	n.etcdE, n.etcdOwn = srv.Endpoint(), srv.OwnURL()
 	n.mu.Unlock()
 	return cli, srv.Err(), func() { cli.Close(); srv.Close() }, nil
 }

@@ -271,7 +271,7 @@ type kindCache[T object] struct {
 	snaps map[int64]snapshotOf[T]
 	// recent: this node's own latest writes not yet seen on the watch,
 	// a better start for the update loop than a lagging copy.
-	recent map[string]start
+	recent map[string]ownWrite
 	// unseen counts per node the created records in recent that the copy
 	// does not hold yet (unseenAt: which keys, on which node), kept as
 	// recent and the copy change so that placement need not walk recent.
@@ -293,10 +293,10 @@ type snapshotOf[T object] struct {
 	at   time.Time
 }
 
-// start is this node's own write of a key: the bytes it wrote (decoded
+// ownWrite is this node's own write of a key: the bytes it wrote (decoded
 // only when an update loop starts from them), their revision, and the
 // node of the record; absent marks a deleted key.
-type start struct {
+type ownWrite struct {
 	raw    []byte
 	rev    int64
 	node   string
@@ -306,7 +306,7 @@ type start struct {
 func newKindCache[T object](c *Cache, cd codec[T], prefix string, max int) *kindCache[T] {
 	return &kindCache[T]{c: c, codec: cd, prefix: prefix, max: max, listed: make(chan struct{}), established: make(chan struct{}), progress: make(chan struct{}, 1),
 		tree: btree.NewG(32, entryLess[T]), changed: make(chan struct{}),
-		watchers: map[*cacheWatcher[T]]struct{}{}, snaps: map[int64]snapshotOf[T]{}, recent: map[string]start{},
+		watchers: map[*cacheWatcher[T]]struct{}{}, snaps: map[int64]snapshotOf[T]{}, recent: map[string]ownWrite{},
 		perNode: map[string]int{}, pending: map[string]int{}, unseen: map[string]int{}, unseenAt: map[string]string{}}
 }
 
@@ -801,16 +801,20 @@ func (k *kindCache[T]) startFor(key string) (*cached[T], bool) {
 	if !k.isListed() {
 		return nil, false
 	}
+	// Decoded and cloned after the lock: cached objects and written bytes
+	// are never changed in place, only replaced.
 	k.mu.RLock()
-	defer k.mu.RUnlock()
 	e, ok := k.tree.Get(entry[T]{key: key})
-	if r, rok := k.recent[key]; rok && (!ok || r.rev > e.rev) {
+	r, rok := k.recent[key]
+	k.mu.RUnlock()
+	if rok && (!ok || r.rev > e.rev) {
 		if r.absent {
 			return &cached[T]{}, true
 		}
 		obj, err := k.codec.decode(&mvccpb.KeyValue{Key: []byte(key), Value: r.raw, ModRevision: r.rev})
 		if err != nil {
-			return nil, false // cannot happen for bytes this node encoded; read etcd
+			k.c.log.Warn("own write does not decode; reading etcd", "key", key, "err", err) // bytes this node encoded: cannot happen
+			return nil, false
 		}
 		return &cached[T]{obj: obj, raw: r.raw, rev: r.rev}, true
 	}
@@ -838,7 +842,7 @@ func (k *kindCache[T]) wrote(key string, obj T, raw []byte, rev int64) {
 		k.clearRecentLocked()
 	}
 	var zero T
-	w := start{raw: raw, rev: rev, absent: obj == zero}
+	w := ownWrite{raw: raw, rev: rev, absent: obj == zero}
 	if !w.absent && k.node != nil {
 		w.node = k.node(obj)
 	}

@@ -31,6 +31,7 @@ func (s *Store) InjectStaleForTest(sb *shoalv1.Sandbox, rev int64) error {
 	defer k.mu.Unlock()
 	k.tree.ReplaceOrInsert(entry[*shoalv1.Sandbox]{key: key, obj: obj, raw: raw, rev: rev})
 	delete(k.recent, key)
+	k.markUnseenLocked(key)
 	return nil
 }
 

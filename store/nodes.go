@@ -486,25 +486,26 @@ func fitting(nodes []*shoalv1.Node, p Placement, sb *shoalv1.Sandbox) ([]*shoalv
 	return fit, nil
 }
 
-// Candidates names the nodes a create of sb could be placed on now, as
-// the watch cache's copy of the registry has them (etcd's without a
-// cache): advice for checks before the create (which decides from the
-// registry in its own Txn), or the create's own refusal when none fits.
+// Candidates names the nodes a create of sb could be placed on now: advice
+// for checks before a create, which decides from the registry in its own
+// Txn. It reads the watch cache's copy of the registry and counts; without
+// a listed cache, the registry from etcd without the counts (no read of a
+// key per sandbox), so a full node may be named.
 func (s *Store) Candidates(ctx context.Context, p Placement, sb *shoalv1.Sandbox) ([]string, error) {
-	c, err := s.placementNodes(ctx, true)
-	if err != nil {
-		return nil, err
+	var c candidates
+	if s.cache != nil && s.cache.sandboxes.isListed() {
+		var err error
+		if c, err = s.placementNodes(ctx, true); err != nil {
+			return nil, err
+		}
+	} else {
+		nodes, _, err := s.registryRevs(ctx, false)
+		if err != nil {
+			return nil, err
+		}
+		c.nodes = nodes
 	}
 	fit, err := fitting(c.nodes, p, sb)
-	if err != nil && c.cached {
-		// A refusal from cached state is decided again from etcd's, as
-		// the create does.
-		nodes, _, rerr := s.registryRevs(ctx, true)
-		if rerr != nil {
-			return nil, rerr
-		}
-		fit, err = fitting(nodes, p, sb)
-	}
 	if err != nil {
 		return nil, err
 	}

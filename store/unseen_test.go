@@ -2,7 +2,7 @@ package store
 
 import (
 	"maps"
-	"math/rand"
+	"math/rand/v2"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -35,44 +35,38 @@ func TestUnseenCountsFollowWritesAndWatch(t *testing.T) {
 		}
 		return want
 	}
-	rng := rand.New(rand.NewSource(1))
+	rng := rand.New(rand.NewPCG(1, 2))
 	rev := int64(0)
-	type pendingEv struct {
-		ev *clientv3.Event
-	}
-	var queue []pendingEv // writes not yet seen on the watch, in order
+	var queue []*clientv3.Event // writes not yet seen on the watch, in order
 	nonzero := 0
 	for step := range 20000 {
-		key := keys[rng.Intn(len(keys))]
-		switch op := rng.Intn(10); {
+		key := keys[rng.IntN(len(keys))]
+		switch op := rng.IntN(10); {
 		case op < 4: // this node writes (create/update or delete)
 			rev++
-			if rng.Intn(4) == 0 {
+			if rng.IntN(4) == 0 {
 				k.wrote(key, nil, nil, rev)
-				queue = append(queue, pendingEv{&clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}}})
+				queue = append(queue, &clientv3.Event{Type: clientv3.EventTypeDelete, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: rev}})
 			} else {
-				obj := sb(key, nodes[rng.Intn(len(nodes))])
+				obj := sb(key, nodes[rng.IntN(len(nodes))])
 				raw, err := sandboxCodec.encode(obj)
 				if err != nil {
 					t.Fatal(err)
 				}
 				k.wrote(key, obj, raw, rev)
-				queue = append(queue, pendingEv{&clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(key), Value: raw, ModRevision: rev, CreateRevision: rev}}})
+				queue = append(queue, &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(key), Value: raw, ModRevision: rev, CreateRevision: rev}})
 			}
 		case op < 5: // another node writes; the watch brings it with what came before
 			rev++
-			raw, err := sandboxCodec.encode(sb(key, nodes[rng.Intn(len(nodes))]))
+			raw, err := sandboxCodec.encode(sb(key, nodes[rng.IntN(len(nodes))]))
 			if err != nil {
 				t.Fatal(err)
 			}
-			queue = append(queue, pendingEv{&clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(key), Value: raw, ModRevision: rev}}})
+			queue = append(queue, &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: []byte(key), Value: raw, ModRevision: rev}})
 			fallthrough
 		default: // the watch delivers some of what is queued
-			n := rng.Intn(len(queue) + 1)
-			evs := make([]*clientv3.Event, n)
-			for i := range n {
-				evs[i] = queue[i].ev
-			}
+			n := rng.IntN(len(queue) + 1)
+			evs := queue[:n:n]
 			queue = queue[n:]
 			k.apply(evs)
 		}
