@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"shoal"
 	"shoal/agent"
 	shoalv1 "shoal/api/shoal/v1"
@@ -92,33 +94,10 @@ func TestBrokenStreamsAreReopenedWithBackoff(t *testing.T) {
 	const breaks = 5
 	bs := &breakingStore{Store: st, breaks: breaks}
 	br := &breakingRuntime{Runtime: rt, breaks: breaks}
-	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Node: &shoalv1.Node{Name: node}, Instance: node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Register(ctx); err != nil {
-		t.Fatal(err)
-	}
+	reg := register(ctx, t, st, cli, node)
 	const delay = 50 * time.Millisecond
-	a, err := agent.New(agent.Config{Node: node, Store: bs, Runtime: br, Lease: reg, Resync: 200 * time.Millisecond,
-		RestartDelay: delay, MaxRestartDelay: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	regDone := make(chan error, 1)
-	go func() { done <- a.Start(actx) }()
-	go func() { regDone <- reg.Start(actx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-		if err := <-regDone; err != nil {
-			t.Errorf("registry: %v", err)
-		}
-	}()
+	defer run(ctx, t, reg, agent.Config{Node: node, Store: bs, Runtime: br, Lease: reg, Resync: 200 * time.Millisecond,
+		RestartDelay: delay, MaxRestartDelay: 10 * time.Second})()
 
 	// The agent works once the streams hold: a sandbox gets its container.
 	_, err = st.CreateSandbox(ctx, &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "after"},
@@ -146,6 +125,42 @@ func TestBrokenStreamsAreReopenedWithBackoff(t *testing.T) {
 			if gap := at[i].Sub(at[i-1]); gap < want {
 				t.Fatalf("%s reopened %s after break %d; want at least %s", what, gap, i, want)
 			}
+		}
+	}
+}
+
+// register registers node in the registry, for an agent's lease.
+func register(ctx context.Context, t *testing.T, st *store.Store, cli *clientv3.Client, node string) *registry.Registry {
+	t.Helper()
+	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Node: &shoalv1.Node{Name: node}, Instance: node})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// run starts an agent of cfg and reg's lease renewals; the function it
+// returns stops both and fails the test if either ended with an error.
+func run(ctx context.Context, t *testing.T, reg *registry.Registry, cfg agent.Config) (stop func()) {
+	t.Helper()
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done, regDone := make(chan error, 1), make(chan error, 1)
+	go func() { done <- a.Start(actx) }()
+	go func() { regDone <- reg.Start(actx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+		if err := <-regDone; err != nil {
+			t.Errorf("registry: %v", err)
 		}
 	}
 }
@@ -183,32 +198,9 @@ func TestHungReconcileIsRetried(t *testing.T) {
 	}
 	defer rt.Close()
 	hr := &hangingRuntime{Runtime: rt}
-	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Node: &shoalv1.Node{Name: node}, Instance: node})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Register(ctx); err != nil {
-		t.Fatal(err)
-	}
+	reg := register(ctx, t, st, cli, node)
 	const timeout = 500 * time.Millisecond
-	a, err := agent.New(agent.Config{Node: node, Store: st, Runtime: hr, Lease: reg, Resync: time.Hour, ReconcileTimeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	regDone := make(chan error, 1)
-	go func() { done <- a.Start(actx) }()
-	go func() { regDone <- reg.Start(actx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Errorf("agent: %v", err)
-		}
-		if err := <-regDone; err != nil {
-			t.Errorf("registry: %v", err)
-		}
-	}()
+	defer run(ctx, t, reg, agent.Config{Node: node, Store: st, Runtime: hr, Lease: reg, Resync: time.Hour, ReconcileTimeout: timeout})()
 	sb, err := st.CreateSandbox(ctx, &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "hung"},
 		Spec: &shoalv1.SandboxSpec{Image: docker.DefaultImage}, Status: &shoalv1.SandboxStatus{Node: node}})
 	if err != nil {
