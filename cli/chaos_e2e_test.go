@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +9,7 @@ import (
 
 	"shoal/cli"
 	"shoal/internal/testenv"
+	"shoal/scale"
 )
 
 // chaos soak's flags through the binary: bad combinations are usage
@@ -78,9 +80,23 @@ func TestBenchClusterThroughBinary(t *testing.T) {
 			t.Errorf("summary lacks %q:\n%s", want, r.stdout)
 		}
 	}
-	for _, f := range []string{"report.json", "summary.txt", "growth.png"} {
+	for _, f := range []string{"report.json", "summary.txt", "growth.png", "heap-0.pb.gz", "heap-10.pb.gz", "heap-30.pb.gz", "heap-40.pb.gz"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("report file %s: %v", f, err)
+		}
+	}
+	var rep scale.Report
+	if b, err := os.ReadFile(filepath.Join(dir, "report.json")); err != nil {
+		t.Fatal(err)
+	} else if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatalf("report.json: %v", err)
+	}
+	if rep.BaseLiveHeap <= 0 {
+		t.Errorf("base live heap %d", rep.BaseLiveHeap)
+	}
+	for _, p := range rep.Growth {
+		if p.LiveHeapBytes <= 0 || p.LiveHeapBytes > p.RSSBytes {
+			t.Errorf("at %d records: live heap %d, RSS %d", p.Records, p.LiveHeapBytes, p.RSSBytes)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,6 +112,11 @@ type Point struct {
 	ListSamples int           `json:"list_samples"`
 	// RSSBytes of the node serving the API.
 	RSSBytes int64 `json:"rss_bytes"`
+	// LiveHeapBytes is its Go heap in use right after a collection
+	// (taken after the RSS); the difference is the collector's headroom,
+	// freed memory not yet returned to the OS and what is not heap. Its
+	// heap profile is saved in the report directory as heap-RECORDS.pb.gz.
+	LiveHeapBytes int64 `json:"live_heap_bytes"`
 }
 
 // Report is what a scale run measured. Durations are in nanoseconds.
@@ -130,6 +136,7 @@ type Report struct {
 	StartNodes time.Duration `json:"start_nodes_ns"`
 	// BaseRSS is the API node's RSS with every node up and no sandbox.
 	BaseRSS          int64         `json:"base_rss_bytes"`
+	BaseLiveHeap     int64         `json:"base_live_heap_bytes"`
 	Creates          int           `json:"creates"`
 	CreatesPerSecond float64       `json:"creates_per_second"`
 	AllReady         time.Duration `json:"all_ready_ns"`
@@ -148,8 +155,10 @@ type Report struct {
 // nodeProc is one node process.
 type nodeProc struct {
 	id, addr, dir string
-	p             *proc.Process
-	conn          *grpc.ClientConn
+	// debug is a real node's pprof address (loopback).
+	debug string
+	p     *proc.Process
+	conn  *grpc.ClientConn
 }
 
 func freePort() (int, error) { return freeport.Get() }
@@ -190,6 +199,13 @@ func (r *run) start(id string, hollow bool) (*nodeProc, error) {
 		"--lease-ttl", r.cfg.LeaseTTL.String(), "--node-ttl", r.cfg.NodeTTL.String(), "--log-level", "warn"}
 	if hollow {
 		args = append(args, "--runtime", node.RuntimeHollow, "--hollow-latency", r.cfg.HollowLatency.String())
+	} else {
+		dport, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		p.debug = fmt.Sprintf("127.0.0.1:%d", dport)
+		args = append(args, "--debug-listen", p.debug)
 	}
 	log, err := os.Create(filepath.Join(p.dir, "node.log"))
 	if err != nil {
@@ -238,6 +254,58 @@ func (p *nodeProc) serving(ctx context.Context, within time.Duration) error {
 
 // kill SIGKILLs the node and waits for it.
 func (p *nodeProc) kill() { p.p.Kill() }
+
+// liveHeap collects the node's garbage and returns its heap in use, from
+// its pprof endpoint; with dir set it saves the heap profile there as
+// heap-RECORDS.pb.gz.
+func (p *nodeProc) liveHeap(ctx context.Context, dir string, records int) (int64, error) {
+	get := func(query string) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.debug+"/debug/pprof/heap?"+query, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, fmt.Errorf("node %s heap profile: %w", p.id, err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("node %s heap profile: %s", p.id, resp.Status)
+		}
+		return io.ReadAll(resp.Body)
+	}
+	text, err := get("gc=1&debug=1")
+	if err != nil {
+		return 0, err
+	}
+	// The text form ends with the runtime's MemStats ("# HeapInuse = N").
+	var inuse int64 = -1
+	for _, line := range strings.Split(string(text), "\n") {
+		if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
+			if inuse, err = strconv.ParseInt(strings.TrimSpace(v), 10, 64); err != nil {
+				return 0, fmt.Errorf("node %s heap profile: HeapInuse %q: %w", p.id, v, err)
+			}
+		}
+	}
+	if inuse < 0 {
+		return 0, fmt.Errorf("node %s heap profile: no HeapInuse line", p.id)
+	}
+	if dir != "" {
+		prof, err := get("")
+		if err != nil {
+			return 0, err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return 0, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", records)), prof, 0o644); err != nil {
+			return 0, err
+		}
+	}
+	return inuse, nil
+}
 
 func (p *nodeProc) rss() (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", p.p.Pid()))
@@ -362,6 +430,9 @@ func (r *run) measure(ctx context.Context, rep *Report) (*Report, error) {
 	if rep.BaseRSS, err = r.api.rss(); err != nil {
 		return rep, err
 	}
+	if rep.BaseLiveHeap, err = r.api.liveHeap(ctx, r.cfg.ReportDir, 0); err != nil {
+		return rep, err
+	}
 	if err := r.create(ctx, rep); err != nil {
 		return rep, err
 	}
@@ -401,6 +472,9 @@ func (r *run) point(ctx context.Context, rep *Report, lat []time.Duration) error
 		return err
 	}
 	if p.RSSBytes, err = r.api.rss(); err != nil {
+		return err
+	}
+	if p.LiveHeapBytes, err = r.api.liveHeap(ctx, r.cfg.ReportDir, r.records); err != nil {
 		return err
 	}
 	rep.Growth = append(rep.Growth, p)
@@ -730,11 +804,12 @@ func (rep *Report) WriteSummary(w io.Writer) {
 		c.RealNodes, c.HollowNodes, c.SandboxesPerNode, c.Clients, c.NodeTTL, c.LeaseTTL, c.HollowLatency)
 	fmt.Fprintf(w, "nodes serving after %s; %d creates at %.0f/s; all READY %s after the first\n\n",
 		rep.StartNodes.Round(time.Millisecond), rep.Creates, rep.CreatesPerSecond, rep.AllReady.Round(time.Millisecond))
-	fmt.Fprintf(w, "API node RSS with no sandbox: %d MiB\n", rep.BaseRSS>>20)
-	fmt.Fprintf(w, "%-10s %14s %9s %14s %12s %22s\n", "records", "create p99", "(creates)", "list p99", "RSS MiB", "above empty, KiB/rec")
+	fmt.Fprintf(w, "API node with no sandbox: RSS %d MiB, live heap %d MiB\n", rep.BaseRSS>>20, rep.BaseLiveHeap>>20)
+	fmt.Fprintf(w, "%-10s %14s %9s %14s %12s %22s %14s %22s\n", "records", "create p99", "(creates)", "list p99", "RSS MiB", "above empty, KiB/rec", "live heap MiB", "above empty, KiB/rec")
 	for _, p := range rep.Growth {
-		fmt.Fprintf(w, "%-10d %14s %9d %14s %12d %22.2f\n", p.Records, p.CreateP99.Round(time.Microsecond), p.CreateSamples,
-			p.ListP99.Round(time.Microsecond), p.RSSBytes>>20, rep.perRecordKiB(p))
+		fmt.Fprintf(w, "%-10d %14s %9d %14s %12d %22.2f %14d %22.2f\n", p.Records, p.CreateP99.Round(time.Microsecond), p.CreateSamples,
+			p.ListP99.Round(time.Microsecond), p.RSSBytes>>20, rep.perRecordKiB(p), p.LiveHeapBytes>>20,
+			float64(p.LiveHeapBytes-rep.BaseLiveHeap)/1024/float64(p.Records))
 	}
 	fmt.Fprintf(w, "\nhollow node SIGKILL → its %d sandboxes UNKNOWN: %s\n", rep.HollowKillCount, rep.HollowKill.Round(time.Millisecond))
 	fmt.Fprintf(w, "leader SIGKILL → new term recorded: %s; → its first resync done: %s; → first fenced removal: %s\n",

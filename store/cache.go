@@ -260,8 +260,9 @@ type kindCache[T object] struct {
 	rev int64
 	// changed is closed (and replaced) whenever rev advances.
 	changed chan struct{}
-	// events: every change with revision > evStart, oldest first.
-	events  []Event[T]
+	// events: every change with revision > evStart, oldest first, as
+	// bytes (logged).
+	events  []logged
 	evStart int64
 	// watchers are the client watches served from the log; closed is set
 	// when the cache stops (no more are served).
@@ -286,6 +287,34 @@ type kindCache[T object] struct {
 	// the watch brings it). Creates placed at once would otherwise all
 	// read the same lagging counts and choose the same node.
 	pending map[string]int
+}
+
+// logged is one event of the log as it is kept: the record's bytes, not
+// its decoded object. A client watch that replays the log decodes them
+// again (the live fan-out gets the decoded event at once), so a version
+// that later changes costs the log its bytes (shared with the copy until
+// then), not a decoded object: in a fleet whose agents write statuses, the
+// log is mostly such versions.
+type logged struct {
+	typ shoalv1.EventType
+	key string
+	rev int64
+	// raw is the record's bytes at rev (for DELETED, its last bytes);
+	// nil for the deletion of a record that did not decode.
+	raw []byte
+}
+
+// event decodes a logged event.
+func (k *kindCache[T]) event(l logged) (Event[T], error) {
+	e := Event[T]{Type: l.typ, Revision: l.rev, key: l.key}
+	if l.raw == nil {
+		e.Object = k.codec.stub(l.key, l.rev)
+		return e, nil
+	}
+	// For DELETED too the object carries the deletion's revision.
+	var err error
+	e.Object, err = k.codec.decode(&mvccpb.KeyValue{Key: []byte(l.key), Value: l.raw, ModRevision: l.rev})
+	return e, err
 }
 
 type snapshotOf[T object] struct {
@@ -605,6 +634,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 			continue // already applied (a resume overlaps by design)
 		}
 		e := Event[T]{Revision: rev, key: key}
+		var raw []byte // what the log keeps
 		old, had := k.tree.Get(entry[T]{key: key})
 		if had {
 			k.count(old, -1)
@@ -617,7 +647,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 			}
 			e.Type = shoalv1.EventType_DELETED
 			if old.err == nil {
-				e.Object = clone(old.obj)
+				e.Object, raw = clone(old.obj), old.raw
 			} else {
 				// A corrupt record was deleted: its watchers still learn
 				// that the name is free.
@@ -636,7 +666,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 				k.rev = rev
 				continue // skipped by watchers, as from etcd
 			}
-			e.Type, e.Object = shoalv1.EventType_MODIFIED, n.obj
+			e.Type, e.Object, raw = shoalv1.EventType_MODIFIED, n.obj, n.raw
 			if !had || ev.IsCreate() {
 				e.Type = shoalv1.EventType_ADDED
 			}
@@ -646,25 +676,25 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 		}
 		k.markUnseenLocked(key)
 		k.rev = rev
-		k.logLocked(e)
+		k.logLocked(logged{typ: e.Type, key: key, rev: rev, raw: raw})
 		k.fanOutLocked(e)
 	}
 	k.advanceLocked()
 }
 
 // logLocked appends to the event log, dropping the older half when full.
-func (k *kindCache[T]) logLocked(e Event[T]) {
-	k.events = append(k.events, e)
+func (k *kindCache[T]) logLocked(l logged) {
+	k.events = append(k.events, l)
 	if len(k.events) <= k.max {
 		return
 	}
 	drop := len(k.events) / 2
-	k.evStart = k.events[drop-1].Revision
+	k.evStart = k.events[drop-1].rev
 	// Events of one revision stay together: drop up to a revision's end.
-	for drop < len(k.events) && k.events[drop].Revision == k.evStart {
+	for drop < len(k.events) && k.events[drop].rev == k.evStart {
 		drop++
 	}
-	k.events = append([]Event[T](nil), k.events[drop:]...)
+	k.events = append([]logged(nil), k.events[drop:]...)
 }
 
 func (k *kindCache[T]) advanceLocked() {
@@ -801,8 +831,11 @@ func (k *kindCache[T]) startFor(key string) (*cached[T], bool) {
 	if !k.isListed() {
 		return nil, false
 	}
-	// Decoded and cloned after the lock: cached objects and written bytes
-	// are never changed in place, only replaced.
+	// Decoded after the lock: cached objects and written bytes are never
+	// changed in place, only replaced. The cached object is returned as it
+	// is, shared: the update loop only reads a start from the copy, clones
+	// it before a mutation, and never returns it (an outcome without a
+	// write from the copy is decided again from a read).
 	k.mu.RLock()
 	e, ok := k.tree.Get(entry[T]{key: key})
 	r, rok := k.recent[key]
@@ -824,7 +857,7 @@ func (k *kindCache[T]) startFor(key string) (*cached[T], bool) {
 	if e.err != nil {
 		return nil, false // corrupt: let the loop read it and say so
 	}
-	return &cached[T]{obj: clone(e.obj), raw: e.raw, rev: e.rev}, true
+	return &cached[T]{obj: e.obj, raw: e.raw, rev: e.rev}, true
 }
 
 // maxRecent bounds the own-writes memo; it empties as the watch catches up.

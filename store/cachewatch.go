@@ -90,6 +90,7 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 	}
 	w := &cacheWatcher[T]{key: key, prefix: prefix, wake: make(chan struct{}, 1)}
 	var initial []Event[T]
+	var replay []logged // decoded outside the lock
 	k.mu.Lock()
 	switch {
 	case fromRev == 0:
@@ -109,9 +110,9 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 		k.mu.Unlock()
 		return nil, false
 	default:
-		for _, e := range k.events {
-			if e.Revision > fromRev && w.match(e.key) {
-				initial = append(initial, e)
+		for _, l := range k.events {
+			if l.rev > fromRev && w.match(l.key) {
+				replay = append(replay, l)
 			}
 		}
 		w.after = max(fromRev, k.rev)
@@ -163,7 +164,18 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 			return true
 		}
 		for _, e := range initial {
-			if !deliver(e, fromRev != 0) {
+			if !deliver(e, false) {
+				return
+			}
+		}
+		for _, l := range replay {
+			e, err := k.event(l)
+			if err != nil {
+				// Bytes that decoded when they came cannot fail now.
+				k.c.log.Warn("logged event does not decode; skipped", "key", l.key, "revision", l.rev, "err", err)
+				continue
+			}
+			if !deliver(e, true) {
 				return
 			}
 		}

@@ -40,8 +40,9 @@ type updateSpec[T object] struct {
 	fence   *Fence
 	mutate  mutateFunc[T]
 	related relatedFunc[T]
-	// start, when set, is a copy of the current state taken from a cache;
-	// the loop then begins with its Txn and reads only on conflict.
+	// start, when set, is the current state taken from a cache (possibly
+	// shared with it: the loop never changes it); the loop then begins
+	// with its Txn and reads only on conflict.
 	start *cached[T]
 	// intent, when set, is the key of a pending deletion of this object.
 	// Unless deleting is set, the write commits only while that key is
@@ -78,8 +79,9 @@ const (
 //  2. check the caller's preconditions against it, then apply mutate;
 //  3. Txn If(ModRevision(key) == read [, related compares] [, fence])
 //     Then(Put or Delete [, related ops])
-//     Else(Txn If(Value(key) == bytes read [, same compares]) Then(same ops)
-//     Else(Get key [, Get fence key]));
+//     Else(Get key [, Get fence key]) on the first attempt; after a
+//     conflict Else(Txn If(Value(key) == bytes read [, same compares])
+//     Then(same ops) Else(Get key [, Get fence key]));
 //  4. on failure the Else branch is the fresh state: go to 2 without
 //     another read;
 //  5. repeat until success or ctx ends. Jittered backoff starts only
@@ -259,9 +261,13 @@ func updateLoop[T object](ctx context.Context, s *Store, u updateSpec[T], st *up
 		// The guard is ModRevision(key) == rev. A write that bumped the
 		// revision without changing a byte (a rewrite of the identical
 		// value) does not change the state the mutation was computed
-		// from, so the Else branch retries the same writes guarded by the
-		// exact stored bytes, in the same Txn. Without it a tight loop of
-		// identical rewrites by another client could starve the update.
+		// from, so after a conflict the Else branch retries the same
+		// writes guarded by the exact stored bytes, in the same Txn.
+		// Without it a tight loop of identical rewrites by another client
+		// could starve the update. The first attempt, which has seen no
+		// conflict yet, leaves it out: it would double the request (every
+		// op twice) for a case that a plain Else and one more attempt
+		// handle as well.
 		guard := clientv3.Compare(clientv3.ModRevision(u.key), "=", rev)
 		if chaosbreak.Is("skip-compare") && cur != zero {
 			guard = clientv3.Compare(clientv3.Version(u.key), ">", 0)
@@ -272,17 +278,22 @@ func updateLoop[T object](ctx context.Context, s *Store, u updateSpec[T], st *up
 		} else {
 			sameBytes = clientv3.Compare(clientv3.Value(u.key), "=", string(raw))
 		}
+		nested := attempt > 0
+		elseBranch := elseOps
+		if nested {
+			elseBranch = []clientv3.Op{clientv3.OpTxn(append([]clientv3.Cmp{sameBytes}, extra...), ops, elseOps)}
+		}
 		resp, err := s.c.Txn(ctx).
 			If(append([]clientv3.Cmp{guard}, extra...)...).
 			Then(ops...).
-			Else(clientv3.OpTxn(append([]clientv3.Cmp{sameBytes}, extra...), ops, elseOps)).
+			Else(elseBranch...).
 			Commit()
 		if err != nil {
 			return zero, etcdErr(ctx, err)
 		}
 		committedAt := resp.Header.Revision
 		firstWon := resp.Succeeded
-		if !resp.Succeeded {
+		if !resp.Succeeded && nested {
 			resp = (*clientv3.TxnResponse)(resp.Responses[0].GetResponseTxn())
 		}
 		s.metrics.UpdateAttempt(u.codec.kind, !resp.Succeeded, !firstWon && resp.Succeeded)

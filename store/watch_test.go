@@ -100,6 +100,18 @@ func TestSlowWatcherIsCutOff(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The reader has not read: once its buffer is full, the grace must
+	// run out before it reads (that timeout is what is tested; reading
+	// as soon as the writes end made the test pass only when they took
+	// longer than the grace).
+	deadline := time.Now().Add(30 * time.Second)
+	for len(events) < cap(events) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the watch's buffer holds %d of %d events after 30 s", len(events), cap(events))
+		}
+		<-time.After(5 * time.Millisecond) // poll interval
+	}
+	<-time.After(3 * store.SlowWatcherGrace)
 	n := 0
 	for ev := range events {
 		if ev.Err != nil {
