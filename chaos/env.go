@@ -40,7 +40,7 @@ type env struct {
 	cfg Config
 
 	client shoalv1.ShoalClient
-	conn   *swapConn // under client
+	conn   *swapConn        // under client
 	raw    *clientv3.Client // straight to etcd, never through the fault proxy
 	st     *store.Store
 	docker *client.Client
