@@ -568,14 +568,23 @@ func (r *run) createRange(ctx context.Context, from, to, measureFrom int) ([]tim
 				var err error
 				// A node that refuses having done nothing (it lost its
 				// lease on the loaded machine) is left for the next one,
-				// as a client does; the time counts.
-				for attempt := range 3 * len(live) {
+				// as a client does, and after a round of them all the
+				// client waits a moment (their leases renew within a
+				// TTL); the time counts. Given up after a minute.
+				giveUp := time.Now().Add(time.Minute)
+				for attempt := 0; ; attempt++ {
 					c := live[(k+attempt)%len(live)].client()
 					_, err = c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{
 						Meta: &shoalv1.ObjectMeta{Name: fmt.Sprintf("s%06d", i)},
 						Spec: &shoalv1.SandboxSpec{NodeSelector: map[string]string{node.RuntimeLabel: node.RuntimeHollow}}}})
-					if err == nil || !shoal.IsNotApplied(err) {
+					if err == nil || !shoal.IsNotApplied(err) || time.Now().After(giveUp) {
 						break
+					}
+					if (attempt+1)%len(live) == 0 {
+						select {
+						case <-ctx.Done():
+						case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)):
+						}
 					}
 				}
 				d := time.Since(s)
