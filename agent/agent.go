@@ -25,7 +25,8 @@ type Store interface {
 	GetSandbox(ctx context.Context, ws, name string) (*shoalv1.Sandbox, error)
 	ListSandboxes(ctx context.Context, ws string, o store.ListOptions, keep func(*shoalv1.Sandbox) bool) (store.Page[*shoalv1.Sandbox], error)
 	UpdateSandbox(ctx context.Context, ws, name string, pre store.Preconditions, mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error)
-	WatchSandboxes(ctx context.Context, ws, name string, fromRev int64) <-chan store.Event[*shoalv1.Sandbox]
+	// WatchNodeSandboxes streams the changes of this node's sandboxes.
+	WatchNodeSandboxes(ctx context.Context, node string, fromRev int64) <-chan store.Event[*shoalv1.Sandbox]
 	GetProvider(ctx context.Context, ws, name string) (*shoalv1.Provider, error)
 	// OpenCredentials decrypts a provider's credentials (sealed at rest).
 	OpenCredentials(p *shoalv1.Provider) (map[string]string, error)
@@ -244,7 +245,7 @@ func (a *Agent) Start(ctx context.Context) error {
 			clear(byUID)
 		}
 		watchBO.opened(time.Now())
-		sandboxes = a.cfg.Store.WatchSandboxes(ctx, "", "", lastRev)
+		sandboxes = a.cfg.Store.WatchNodeSandboxes(ctx, a.cfg.Node, lastRev)
 	}
 	openEvents := func() {
 		eventsBO.opened(time.Now())
@@ -298,9 +299,6 @@ func (a *Agent) Start(ctx context.Context) error {
 			}
 			lastRev = max(lastRev, ev.Revision)
 			sb := ev.Object
-			if store.NodeOf(sb) != a.cfg.Node {
-				continue
-			}
 			it := item{sb.Meta.Workspace, sb.Meta.Name}
 			if ev.Type == shoalv1.EventType_DELETED {
 				delete(byUID, sb.Meta.Uid)

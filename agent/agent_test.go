@@ -46,14 +46,14 @@ type breakingStore struct {
 	watches calls
 }
 
-func (b *breakingStore) WatchSandboxes(ctx context.Context, ws, name string, fromRev int64) <-chan store.Event[*shoalv1.Sandbox] {
+func (b *breakingStore) WatchNodeSandboxes(ctx context.Context, node string, fromRev int64) <-chan store.Event[*shoalv1.Sandbox] {
 	if b.watches.add() <= b.breaks {
 		ch := make(chan store.Event[*shoalv1.Sandbox], 1)
 		ch <- store.Event[*shoalv1.Sandbox]{Err: shoal.Unavailable("watch ended: etcd lost its leader")}
 		close(ch)
 		return ch
 	}
-	return b.Store.WatchSandboxes(ctx, ws, name, fromRev)
+	return b.Store.WatchNodeSandboxes(ctx, node, fromRev)
 }
 
 // breakingRuntime is the real runtime, except that its first event

@@ -570,3 +570,65 @@ func compactNow(t *testing.T, raw *clientv3.Client) {
 		t.Fatal(err)
 	}
 }
+
+// A node's watch (the agent's) gets the events of that node's sandboxes
+// only, from the cache and from etcd alike: the current state, live
+// changes and a replay from a past revision.
+func TestNodeWatchSeesOnlyItsSandboxes(t *testing.T) {
+	_, srv := testenv.Etcd(t)
+	ctx := ctxT(t)
+	cached, _, c := cachedNode(t, "http://"+srv.Endpoint())
+	plain := store.New(c, store.Options{})
+	register(t, plain, c, "n1", 0, nil)
+	register(t, plain, c, "n2", 0, nil)
+	x, err := cached.CreateSandboxOn(ctx, sandbox("x"), store.Placement{Node: "n1"}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cached.CreateSandboxOn(ctx, sandbox("y"), store.Placement{Node: "n2"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	next := func(what string, ch <-chan store.Event[*shoalv1.Sandbox]) store.Event[*shoalv1.Sandbox] {
+		t.Helper()
+		select {
+		case e := <-ch:
+			if e.Err != nil {
+				t.Fatalf("%s: %v", what, e.Err)
+			}
+			return e
+		case <-time.After(time.Minute):
+			t.Fatalf("%s: no event within a minute", what)
+		}
+		return store.Event[*shoalv1.Sandbox]{}
+	}
+	touch := func(name string, round int) {
+		t.Helper()
+		if _, err := cached.UpdateSandbox(ctx, "default", name, store.Preconditions{}, func(sb *shoalv1.Sandbox) error {
+			sb.Status.Message = fmt.Sprintf("round %d", round)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round, st := range []*store.Store{cached, plain} {
+		what := []string{"cached", "etcd"}[round]
+		wctx, cancel := context.WithCancel(ctx)
+		live := st.WatchNodeSandboxes(wctx, "n1", 0)
+		if e := next(what+": current state", live); e.Type != shoalv1.EventType_ADDED || e.Object.Meta.Name != "x" {
+			t.Fatalf("%s: first event %v %s, want ADDED x", what, e.Type, e.Object.Meta.Name)
+		}
+		// y's change comes first in etcd; the watch of n1 must skip it.
+		touch("y", round)
+		touch("x", round)
+		if e := next(what+": live", live); e.Type != shoalv1.EventType_MODIFIED || e.Object.Meta.Name != "x" {
+			t.Fatalf("%s: live event %v %s, want MODIFIED x", what, e.Type, e.Object.Meta.Name)
+		}
+		replay := st.WatchNodeSandboxes(wctx, "n1", x.Meta.ResourceVersion)
+		for r := 0; r <= round; r++ { // x's changes since its create, y's skipped
+			if e := next(what+": replay", replay); e.Object.Meta.Name != "x" || e.Object.Status.Message != fmt.Sprintf("round %d", r) {
+				t.Fatalf("%s: replayed %s %q, want x's round %d", what, e.Object.Meta.Name, e.Object.Status.Message, r)
+			}
+		}
+		cancel()
+	}
+}

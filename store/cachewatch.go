@@ -26,7 +26,8 @@ const maxWatchQueue = 4096
 type cacheWatcher[T object] struct {
 	key    string
 	prefix bool
-	after  int64 // only events with a higher revision
+	after  int64        // only events with a higher revision
+	keep   func(T) bool // if set, only events whose object it keeps
 
 	mu       sync.Mutex
 	queue    []Event[T]
@@ -49,7 +50,7 @@ func (w *cacheWatcher[T]) match(key string) bool {
 // fanOutLocked queues e for every client watch it matches (k.mu held).
 func (k *kindCache[T]) fanOutLocked(e Event[T]) {
 	for w := range k.watchers {
-		if e.Revision <= w.after || !w.match(e.key) {
+		if e.Revision <= w.after || !w.match(e.key) || w.keep != nil && !w.keep(e.Object) {
 			continue
 		}
 		w.mu.Lock()
@@ -70,8 +71,9 @@ func (k *kindCache[T]) fanOutLocked(e Event[T]) {
 
 // serveWatch serves a client watch of key (a prefix if prefix) after
 // fromRev from the cache, if it can: ok is false when the cache is not
-// listed yet or fromRev is older than its event log.
-func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, fromRev int64) (<-chan Event[T], bool) {
+// listed yet or fromRev is older than its event log. keep, if set, filters
+// the events by their object.
+func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, fromRev int64, keep func(T) bool) (<-chan Event[T], bool) {
 	if !k.isListed() {
 		return nil, false
 	}
@@ -88,7 +90,7 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 			return nil, false
 		}
 	}
-	w := &cacheWatcher[T]{key: key, prefix: prefix, wake: make(chan struct{}, 1)}
+	w := &cacheWatcher[T]{key: key, prefix: prefix, keep: keep, wake: make(chan struct{}, 1)}
 	var initial []Event[T]
 	var replay []logged // decoded outside the lock
 	k.mu.Lock()
@@ -100,7 +102,7 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 			if !w.match(e.key) {
 				return false
 			}
-			if e.err == nil {
+			if e.err == nil && (keep == nil || keep(e.obj)) {
 				initial = append(initial, Event[T]{Type: shoalv1.EventType_ADDED, Object: e.obj, Revision: e.rev, key: e.key})
 			}
 			return prefix
@@ -173,6 +175,9 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 			if err != nil {
 				// Bytes that decoded when they came cannot fail now.
 				k.c.log.Warn("logged event does not decode; skipped", "key", l.key, "revision", l.rev, "err", err)
+				continue
+			}
+			if keep != nil && !keep(e.Object) {
 				continue
 			}
 			if !deliver(e, true) {

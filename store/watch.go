@@ -37,7 +37,17 @@ func (s *Store) WatchSandboxes(ctx context.Context, ws, name string, fromRev int
 	case ws != "":
 		key = s.k.sandboxes(ws)
 	}
-	return watch(ctx, s, sandboxCodec, key, prefix, fromRev)
+	return watch(ctx, s, sandboxCodec, key, prefix, fromRev, nil)
+}
+
+// WatchNodeSandboxes is WatchSandboxes of every workspace for the
+// sandboxes of one node (NodeOf) only: a node's agent needs no others, and
+// the events of the rest of the fleet are dropped where they are decoded,
+// before they are copied and queued for it (as a kubelet watches its own
+// pods only). A sandbox's node is bound once, at placement, so a sandbox
+// never leaves the filter mid-stream.
+func (s *Store) WatchNodeSandboxes(ctx context.Context, node string, fromRev int64) <-chan Event[*shoalv1.Sandbox] {
+	return watch(ctx, s, sandboxCodec, s.k.allSandboxes(), true, fromRev, func(sb *shoalv1.Sandbox) bool { return NodeOf(sb) == node })
 }
 
 // SlowWatcherGrace is how long a watch waits for a reader whose buffer is
@@ -46,12 +56,15 @@ var SlowWatcherGrace = 5 * time.Second
 
 // WatchProviders streams provider changes in all workspaces.
 func (s *Store) WatchProviders(ctx context.Context, fromRev int64) <-chan Event[*shoalv1.Provider] {
-	return watch(ctx, s, providerCodec, s.k.allProviders(), true, fromRev)
+	return watch(ctx, s, providerCodec, s.k.allProviders(), true, fromRev, nil)
 }
 
-func watch[T object](ctx context.Context, s *Store, c codec[T], key string, prefix bool, fromRev int64) <-chan Event[T] {
+// watch streams the changes of key (a prefix if prefix) after fromRev;
+// keep, if set, drops the events whose object it refuses (it must not
+// change what it is given).
+func watch[T object](ctx context.Context, s *Store, c codec[T], key string, prefix bool, fromRev int64, keep func(T) bool) <-chan Event[T] {
 	if k := kindOf(s, c); k != nil {
-		if ch, ok := k.serveWatch(ctx, key, prefix, fromRev); ok {
+		if ch, ok := k.serveWatch(ctx, key, prefix, fromRev, keep); ok {
 			return ch
 		}
 	}
@@ -80,6 +93,9 @@ func watch[T object](ctx context.Context, s *Store, c codec[T], key string, pref
 				obj, err := c.decode(kv)
 				if err != nil {
 					s.report(string(kv.Key), kv.ModRevision, err)
+					continue
+				}
+				if keep != nil && !keep(obj) {
 					continue
 				}
 				if !send(Event[T]{Type: shoalv1.EventType_ADDED, Object: obj, Revision: kv.ModRevision}) {
@@ -145,6 +161,10 @@ func watch[T object](ctx context.Context, s *Store, c codec[T], key string, pref
 					s.report(string(ev.Kv.Key), ev.Kv.ModRevision, err)
 					continue
 				}
+				if keep != nil && !keep(e.Object) {
+					fromRev = e.Revision
+					continue
+				}
 				if !sendLive(e) {
 					return
 				}
@@ -160,5 +180,5 @@ func watch[T object](ctx context.Context, s *Store, c codec[T], key string, pref
 
 // WatchProvider streams changes of one provider after fromRev.
 func (s *Store) WatchProvider(ctx context.Context, ws, name string, fromRev int64) <-chan Event[*shoalv1.Provider] {
-	return watch(ctx, s, providerCodec, s.k.provider(ws, name), false, fromRev)
+	return watch(ctx, s, providerCodec, s.k.provider(ws, name), false, fromRev, nil)
 }
