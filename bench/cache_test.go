@@ -348,7 +348,6 @@ func BenchmarkCacheMemory(b *testing.B) {
 	}
 }
 
-
 func liveHeap() int64 {
 	runtime.GC()
 	runtime.GC()
