@@ -162,6 +162,8 @@ type CacheStats struct {
 	Sandboxes, Providers int
 	// ClientWatches served from the cache now.
 	ClientWatches int
+	// Snapshots kept for paged lists not finished yet.
+	Snapshots int
 }
 
 // Stats reads the counters.
@@ -171,6 +173,7 @@ func (c *Cache) Stats() CacheStats {
 	var w int
 	st.Providers, w = c.providers.counts()
 	st.ClientWatches += w
+	st.Snapshots = c.sandboxes.snapshots() + c.providers.snapshots()
 	return st
 }
 
@@ -320,6 +323,12 @@ func (k *kindCache[T]) event(l logged) (Event[T], error) {
 type snapshotOf[T object] struct {
 	tree *btree.BTreeG[entry[T]]
 	at   time.Time
+	// lists are the paged lists reading it that have not had their last
+	// page: the last one to finish drops it (a clone shares the copy's
+	// B-tree nodes until the copy changes, then holds its own, so a kept
+	// snapshot costs up to a copy of the tree and pins the records it
+	// holds). One never finished goes after snapshotTTL.
+	lists int
 }
 
 // ownWrite is this node's own write of a key: the bytes it wrote (decoded
@@ -793,11 +802,18 @@ func (k *kindCache[T]) snapshot() (*btree.BTreeG[entry[T]], int64) {
 	return k.tree.Clone(), k.rev
 }
 
-// keep stores a paged list's snapshot for its continuations.
+// keep stores a paged list's snapshot for its continuations (another list
+// at the same revision shares it).
 func (k *kindCache[T]) keep(rev int64, t *btree.BTreeG[entry[T]]) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := time.Now()
+	if s, ok := k.snaps[rev]; ok {
+		s.lists++
+		s.at = now
+		k.snaps[rev] = s
+		return
+	}
 	for r, s := range k.snaps {
 		if now.Sub(s.at) > snapshotTTL {
 			delete(k.snaps, r)
@@ -812,7 +828,30 @@ func (k *kindCache[T]) keep(rev int64, t *btree.BTreeG[entry[T]]) {
 		}
 		delete(k.snaps, oldest)
 	}
-	k.snaps[rev] = snapshotOf[T]{tree: t, at: now}
+	k.snaps[rev] = snapshotOf[T]{tree: t, at: now, lists: 1}
+}
+
+// release is a paged list's last page at rev: the snapshot goes once no
+// other list reads it.
+func (k *kindCache[T]) release(rev int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	s, ok := k.snaps[rev]
+	if !ok {
+		return
+	}
+	if s.lists--; s.lists > 0 {
+		k.snaps[rev] = s
+		return
+	}
+	delete(k.snaps, rev)
+}
+
+// snapshots is how many paged lists' snapshots are kept.
+func (k *kindCache[T]) snapshots() int {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	return len(k.snaps)
 }
 
 func (k *kindCache[T]) snapshotAt(rev int64) (*btree.BTreeG[entry[T]], bool) {

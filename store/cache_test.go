@@ -330,8 +330,29 @@ func TestCachePagedListIsOneSnapshot(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("paged list: %v, want the first page's snapshot %v", got, want)
 	}
-	if st := bCache.Stats(); st.Fallbacks != 0 {
-		t.Errorf("pages read from etcd: %+v", st)
+	if st := bCache.Stats(); st.Fallbacks != 0 || st.Snapshots != 0 {
+		t.Errorf("pages read from etcd, or the finished list's snapshot kept: %+v", st)
+	}
+	// Two lists at one revision share its snapshot: the first to finish
+	// leaves it to the other, the second drops it.
+	first, err := b.ListSandboxes(ctx, "", store.ListOptions{Limit: 8}, nil)
+	if err != nil || first.Next == nil {
+		t.Fatalf("first list: %v, next %v", err, first.Next)
+	}
+	second, err := b.ListSandboxes(ctx, "", store.ListOptions{Limit: 8}, nil)
+	if err != nil || second.Next == nil || second.Revision != first.Revision {
+		t.Fatalf("second list: %v, next %v, revision %d (first %d)", err, second.Next, second.Revision, first.Revision)
+	}
+	for i, p := range []*store.Page[*shoalv1.Sandbox]{&first, &second} {
+		if st := bCache.Stats(); st.Snapshots != 1 {
+			t.Fatalf("before list %d's last page: %d snapshots, want 1", i, st.Snapshots)
+		}
+		if *p, err = b.ListSandboxes(ctx, "", *p.Next, nil); err != nil || p.Next != nil {
+			t.Fatalf("list %d's last page: %v, next %v", i, err, p.Next)
+		}
+	}
+	if st := bCache.Stats(); st.Snapshots != 0 || st.Fallbacks != 0 {
+		t.Errorf("after both lists: %+v, want no snapshot and no page from etcd", st)
 	}
 	// A selector over the cache.
 	page, err = b.ListSandboxes(ctx, "", store.ListOptions{}, func(sb *shoalv1.Sandbox) bool { return sb.Meta.Name == "p10" })

@@ -184,11 +184,14 @@ func listCached[T object](ctx context.Context, k *kindCache[T], prefix, start st
 		last = e.key
 		return true
 	})
-	if full {
+	switch {
+	case full:
 		page.Next = &ListOptions{Limit: o.Limit, MaxBytes: o.MaxBytes, After: last, Revision: page.Revision}
 		if o.Revision == 0 {
 			k.keep(page.Revision, tree)
 		}
+	case o.Revision != 0:
+		k.release(o.Revision) // the list's last page
 	}
 	for i, obj := range page.Items {
 		page.Items[i] = clone(obj) // readers may change what they get
