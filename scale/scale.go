@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -561,9 +562,23 @@ func (r *run) createRange(ctx context.Context, from, to, measureFrom int) ([]tim
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	live := slices.DeleteFunc(slices.Clone(r.real), func(p *nodeProc) bool { return p.p.Exited() })
+	// A refusal that did nothing means a node lost its lease: the machine,
+	// carrying every node, is overloaded. Every client then holds its next
+	// create for one node TTL (resumeAt), so the nodes can renew, instead
+	// of feeding a spiral of lapsed leases, UNKNOWN marks and rewrites.
+	var resumeAt, refused atomic.Int64
+	hold := func() {
+		if d := time.Until(time.Unix(0, resumeAt.Load())); d > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+		}
+	}
 	for k := range r.cfg.Clients {
 		wg.Go(func() {
 			for i := range next {
+				hold()
 				s := time.Now()
 				var err error
 				// A node that refuses having done nothing (it lost its
@@ -580,6 +595,8 @@ func (r *run) createRange(ctx context.Context, from, to, measureFrom int) ([]tim
 					if err == nil || !shoal.IsNotApplied(err) || time.Now().After(giveUp) {
 						break
 					}
+					refused.Add(1)
+					resumeAt.Store(time.Now().Add(r.cfg.NodeTTL).UnixNano())
 					if (attempt+1)%len(live) == 0 {
 						select {
 						case <-ctx.Done():
@@ -610,6 +627,9 @@ func (r *run) createRange(ctx context.Context, from, to, measureFrom int) ([]tim
 	}
 	close(next)
 	wg.Wait()
+	if n := refused.Load(); n > 0 {
+		r.logf("creates s%06d to s%06d: %d refusals by nodes that had lost their lease (the machine is overloaded); creates were held a node TTL after each", from, to-1, n)
+	}
 	if firstErr == nil {
 		firstErr = ctx.Err()
 	}
