@@ -118,6 +118,12 @@ type Point struct {
 	// freed memory not yet returned to the OS and what is not heap. Its
 	// heap profile is saved in the report directory as heap-RECORDS.pb.gz.
 	LiveHeapBytes int64 `json:"live_heap_bytes"`
+	// Node is the node measured, with its RSS and live heap when it held
+	// no sandbox (the figures move to another real node if the leader
+	// moves to this one).
+	Node              string `json:"node"`
+	BaseRSSBytes      int64  `json:"base_rss_bytes"`
+	BaseLiveHeapBytes int64  `json:"base_live_heap_bytes"`
 }
 
 // Report is what a scale run measured. Durations are in nanoseconds.
@@ -156,10 +162,12 @@ type Report struct {
 // nodeProc is one node process.
 type nodeProc struct {
 	id, addr, dir string
-	// debug is a real node's pprof address (loopback).
-	debug string
-	p     *proc.Process
-	conn  *grpc.ClientConn
+	// debug is a real node's pprof address (loopback); baseRSS and
+	// baseHeap its RSS and live heap with no sandbox.
+	debug             string
+	baseRSS, baseHeap int64
+	p                 *proc.Process
+	conn              *grpc.ClientConn
 }
 
 func freePort() (int, error) { return freeport.Get() }
@@ -428,12 +436,21 @@ func (r *run) measure(ctx context.Context, rep *Report) (*Report, error) {
 	}
 	r.logf("figures through %s (not the leader)", r.api.id)
 
-	if rep.BaseRSS, err = r.api.rss(); err != nil {
-		return rep, err
+	// Every real node's empty figures: the leader may move to the API
+	// node under load, and the figures then go through another.
+	for _, p := range r.real {
+		dir := ""
+		if p == r.api {
+			dir = r.cfg.ReportDir
+		}
+		if p.baseRSS, err = p.rss(); err != nil {
+			return rep, err
+		}
+		if p.baseHeap, err = p.liveHeap(ctx, dir, 0); err != nil {
+			return rep, err
+		}
 	}
-	if rep.BaseLiveHeap, err = r.api.liveHeap(ctx, r.cfg.ReportDir, 0); err != nil {
-		return rep, err
-	}
+	rep.BaseRSS, rep.BaseLiveHeap = r.api.baseRSS, r.api.baseHeap
 	if err := r.create(ctx, rep); err != nil {
 		return rep, err
 	}
@@ -467,7 +484,8 @@ func (r *run) follower(ctx context.Context) (*nodeProc, error) {
 // point measures the growth curve at the current record count, lat being
 // the latencies of the creates just before it.
 func (r *run) point(ctx context.Context, rep *Report, lat []time.Duration) error {
-	p := Point{Records: r.records, CreateP99: pctl(lat, 0.99), CreateSamples: len(lat)}
+	p := Point{Records: r.records, CreateP99: pctl(lat, 0.99), CreateSamples: len(lat),
+		Node: r.api.id, BaseRSSBytes: r.api.baseRSS, BaseLiveHeapBytes: r.api.baseHeap}
 	var err error
 	if p.ListP99, p.ListSamples, err = r.listP99(ctx, r.records); err != nil {
 		return err
@@ -479,8 +497,8 @@ func (r *run) point(ctx context.Context, rep *Report, lat []time.Duration) error
 		return err
 	}
 	rep.Growth = append(rep.Growth, p)
-	r.logf("%d records: create p99 %s (%d creates), list p99 %s (%d lists), API node RSS %d MiB", p.Records, p.CreateP99.Round(time.Microsecond),
-		p.CreateSamples, p.ListP99.Round(time.Microsecond), p.ListSamples, p.RSSBytes>>20)
+	r.logf("%d records: create p99 %s (%d creates), list p99 %s (%d lists), API node %s RSS %d MiB", p.Records, p.CreateP99.Round(time.Microsecond),
+		p.CreateSamples, p.ListP99.Round(time.Microsecond), p.ListSamples, p.Node, p.RSSBytes>>20)
 	return nil
 }
 
@@ -738,7 +756,21 @@ func (r *run) killLeader(ctx context.Context, rep *Report) error {
 	case leader == nil:
 		return fmt.Errorf("the leader is %s, not a real node", t.Node)
 	case leader == r.api:
-		return fmt.Errorf("the leader moved to %s, the node the figures go through; run again", t.Node)
+		// The leader moved (a lease lapsed on the loaded machine) to
+		// the node the figures went through: they go through another
+		// from now on, each point with its own node's empty figures.
+		var next *nodeProc
+		for _, p := range r.real {
+			if p != leader && !p.p.Exited() {
+				next = p
+				break
+			}
+		}
+		if next == nil {
+			return fmt.Errorf("the leader moved to %s, the node the figures go through, and no other real node is left", t.Node)
+		}
+		r.logf("the leader moved to %s, the node the figures went through: they go through %s from now on", leader.id, next.id)
+		r.api = next
 	}
 	other := r.api
 	// A READY sandbox of a live hollow node: its owner tears it down at
@@ -794,7 +826,25 @@ func (r *run) killLeader(ctx context.Context, rep *Report) error {
 
 // perRecordKiB is the API node's RSS above its empty start, per record.
 func (rep *Report) perRecordKiB(p Point) float64 {
-	return float64(p.RSSBytes-rep.BaseRSS) / 1024 / float64(p.Records)
+	return float64(p.RSSBytes-p.baseRSS(rep)) / 1024 / float64(p.Records)
+}
+
+// heapPerRecordKiB is the same for its live heap.
+func (rep *Report) heapPerRecordKiB(p Point) float64 {
+	base := p.BaseLiveHeapBytes
+	if base == 0 {
+		base = rep.BaseLiveHeap
+	}
+	return float64(p.LiveHeapBytes-base) / 1024 / float64(p.Records)
+}
+
+// baseRSS is the point's node's empty RSS (a report written before points
+// carried it: the run's).
+func (p Point) baseRSS(rep *Report) int64 {
+	if p.BaseRSSBytes != 0 {
+		return p.BaseRSSBytes
+	}
+	return rep.BaseRSS
 }
 
 func pctl(d []time.Duration, p float64) time.Duration {
@@ -834,11 +884,10 @@ func (rep *Report) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "nodes serving after %s; %d creates at %.0f/s; all READY %s after the first\n\n",
 		rep.StartNodes.Round(time.Millisecond), rep.Creates, rep.CreatesPerSecond, rep.AllReady.Round(time.Millisecond))
 	fmt.Fprintf(w, "API node with no sandbox: RSS %d MiB, live heap %d MiB\n", rep.BaseRSS>>20, rep.BaseLiveHeap>>20)
-	fmt.Fprintf(w, "%-10s %14s %9s %14s %12s %22s %14s %22s\n", "records", "create p99", "(creates)", "list p99", "RSS MiB", "above empty, KiB/rec", "live heap MiB", "above empty, KiB/rec")
+	fmt.Fprintf(w, "%-10s %14s %9s %14s %12s %22s %14s %22s  %s\n", "records", "create p99", "(creates)", "list p99", "RSS MiB", "above empty, KiB/rec", "live heap MiB", "above empty, KiB/rec", "node")
 	for _, p := range rep.Growth {
-		fmt.Fprintf(w, "%-10d %14s %9d %14s %12d %22.2f %14d %22.2f\n", p.Records, p.CreateP99.Round(time.Microsecond), p.CreateSamples,
-			p.ListP99.Round(time.Microsecond), p.RSSBytes>>20, rep.perRecordKiB(p), p.LiveHeapBytes>>20,
-			float64(p.LiveHeapBytes-rep.BaseLiveHeap)/1024/float64(p.Records))
+		fmt.Fprintf(w, "%-10d %14s %9d %14s %12d %22.2f %14d %22.2f  %s\n", p.Records, p.CreateP99.Round(time.Microsecond), p.CreateSamples,
+			p.ListP99.Round(time.Microsecond), p.RSSBytes>>20, rep.perRecordKiB(p), p.LiveHeapBytes>>20, rep.heapPerRecordKiB(p), p.Node)
 	}
 	fmt.Fprintf(w, "\nhollow node SIGKILL → its %d sandboxes UNKNOWN: %s\n", rep.HollowKillCount, rep.HollowKill.Round(time.Millisecond))
 	fmt.Fprintf(w, "leader SIGKILL → new term recorded: %s; → its first resync done: %s; → first fenced removal: %s\n",
