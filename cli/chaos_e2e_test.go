@@ -72,7 +72,7 @@ func TestBenchClusterThroughBinary(t *testing.T) {
 	testenv.RequireDocker(t) // the real nodes run the Docker runtime
 	dir := t.TempDir()
 	r := run(t, bin, "", "bench", "cluster", "--hollow-nodes", "3", "--sandboxes-per-node", "10", "--real-nodes", "2",
-		"--clients", "4", "--growth", "10,40", "--report", dir).must(t, 0, "bench cluster of a tiny fleet")
+		"--clients", "4", "--growth", "10,40", "--node-ttl", "2s", "--lease-ttl", "2s", "--report", dir).must(t, 0, "bench cluster of a tiny fleet")
 	// 40 is past the fleet's 30: measured after the losses, on the live
 	// hollow nodes (the deleted sandbox of the leader's kill no longer counts).
 	for _, want := range []string{"3 hollow nodes × 10 sandboxes", "\n10 ", "\n30 ", "\n40 ", "hollow node SIGKILL → its", "leader SIGKILL → new term recorded", "→ its first resync done: "} {

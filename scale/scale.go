@@ -59,11 +59,14 @@ type Config struct {
 }
 
 // DefaultConfig is the fleet: 3 real nodes, 100 hollow nodes of
-// 100 sandboxes each, 64 clients, TTLs of 2 s.
+// 100 sandboxes each, 64 clients, TTLs of 5 s. With 2 s TTLs, 103 nodes on
+// a 2-core machine lapse their leases under the load of the growth creates
+// and the run ends (6 of 7 runs, docs/benchmarks.md); the loss targets are
+// relative to the TTL.
 func DefaultConfig() Config {
 	bin, _ := os.Executable()
 	return Config{Binary: bin, RealNodes: 3, HollowNodes: 100, SandboxesPerNode: 100, Clients: 64,
-		Growth: []int{1000, 10000, 50000}, NodeTTL: 2 * time.Second, LeaseTTL: 2 * time.Second,
+		Growth: []int{1000, 10000, 50000}, NodeTTL: 5 * time.Second, LeaseTTL: 5 * time.Second,
 		HollowLatency: 5 * time.Millisecond, ReportDir: "scale-report"}
 }
 
