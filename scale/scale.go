@@ -829,25 +829,12 @@ func (r *run) killLeader(ctx context.Context, rep *Report) error {
 
 // perRecordKiB is the API node's RSS above its empty start, per record.
 func (rep *Report) perRecordKiB(p Point) float64 {
-	return float64(p.RSSBytes-p.baseRSS(rep)) / 1024 / float64(p.Records)
+	return float64(p.RSSBytes-p.BaseRSSBytes) / 1024 / float64(p.Records)
 }
 
 // heapPerRecordKiB is the same for its live heap.
 func (rep *Report) heapPerRecordKiB(p Point) float64 {
-	base := p.BaseLiveHeapBytes
-	if base == 0 {
-		base = rep.BaseLiveHeap
-	}
-	return float64(p.LiveHeapBytes-base) / 1024 / float64(p.Records)
-}
-
-// baseRSS is the point's node's empty RSS (a report written before points
-// carried it: the run's).
-func (p Point) baseRSS(rep *Report) int64 {
-	if p.BaseRSSBytes != 0 {
-		return p.BaseRSSBytes
-	}
-	return rep.BaseRSS
+	return float64(p.LiveHeapBytes-p.BaseLiveHeapBytes) / 1024 / float64(p.Records)
 }
 
 func pctl(d []time.Duration, p float64) time.Duration {
