@@ -7,8 +7,12 @@
 // data root, exec root and pid file under one directory
 // (/tmp/shoal-eng-XXXX: short, because the socket's path must fit a unix
 // socket address), an empty config file (the host's daemon.json is not its
-// own), no bridge and no iptables rules, and the system containerd shared
-// under a containerd namespace of its own. The images it needs are copied
+// own), no bridge and no iptables rules, a network namespace of its own
+// (so that nothing it does touches the host's interfaces: a dockerd with
+// --bridge none deletes its namespace's docker0), and the system
+// containerd shared under a containerd namespace of its own. HostNetwork
+// records the host's interfaces, for tests that prove engines leave them
+// alone. The images it needs are copied
 // from the system engine (save, then load): nothing is pulled. Its API
 // socket is alone in a directory of its own (Engine.SocketDir), so that the
 // directory can be bind-mounted into a container without the engine's

@@ -247,8 +247,14 @@ func start(ctx context.Context, name, containerd string, opts Options, tar []byt
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group keeps a terminal's ^C away from it (Close
 	// stops it in order); SIGTERM if this process dies first, so it stops
-	// its containers instead of leaving them behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	// its containers instead of leaving them behind. Its own network
+	// namespace keeps it away from the host's interfaces: a dockerd with
+	// --bridge none deletes the docker0 of the namespace it runs in, which
+	// in the host's namespace breaks the system engine's default bridge
+	// until that engine restarts. Nothing reaches this engine over the
+	// network (its API is a unix socket, its containers use networks it
+	// creates in its own namespace), so it needs none of the host's.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Cloneflags: syscall.CLONE_NEWNET}
 	if e.proc, err = proc.Start(cmd); err != nil {
 		return e, fmt.Errorf("engine %s: start dockerd: %w", name, err)
 	}

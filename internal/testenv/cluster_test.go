@@ -26,6 +26,7 @@ import (
 // its container outlived it; a node cut off from etcd fails its calls and
 // serves again once healed; a frozen node answers nothing until resumed.
 func TestClusterHarness(t *testing.T) {
+	hostNetworkUnchanged(t)
 	start := time.Now()
 	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3})
 	t.Logf("cluster of %d up in %s (separate engines: %v)", c.Len(), time.Since(start).Round(time.Millisecond), c.SeparateEngines())
