@@ -69,6 +69,8 @@ type ContainerState struct {
 	OOM      bool
 	// Error is the engine's reason when it could not start the process.
 	Error string
+	// FinishedAt is when the process last exited (zero if it never did).
+	FinishedAt time.Time
 }
 
 // ContainerEvent is a lifecycle event of one of a node's containers.

@@ -93,6 +93,15 @@ type Config struct {
 	Limits Limits
 	// Metrics, if set, times provisioning and teardown and counts reaps.
 	Metrics *metrics.Metrics
+	// Engine is pinged every EngineCheck (default DefaultEngineCheck); an
+	// engine that has not answered for EngineGrace (default
+	// DefaultEngineGrace; the node passes 2 × its TTL) is down
+	// (engine.go), which Conditions publishes. Without Engine the agent
+	// does not watch its engine.
+	Engine      Pinger
+	Conditions  Conditions
+	EngineCheck time.Duration
+	EngineGrace time.Duration
 	// RestartDelay and MaxRestartDelay bound the backoff before a broken
 	// sandbox watch or Docker event stream is opened again.
 	RestartDelay    time.Duration
@@ -119,6 +128,8 @@ type Agent struct {
 	gen     uint64          // the registration the containers were last reconciled under
 	paused  map[string]bool // container ids freeze paused
 	retryAt time.Time       // no lease action before this, after one failed
+
+	engine engineHealth // engine.go
 }
 
 // runTimeout bounds one container create and start, which shutdown
@@ -181,6 +192,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.MaxRestartDelay < cfg.RestartDelay {
 		cfg.MaxRestartDelay = max(30*time.Second, cfg.RestartDelay)
+	}
+	if cfg.EngineCheck <= 0 {
+		cfg.EngineCheck = DefaultEngineCheck
+	}
+	if cfg.EngineGrace <= 0 {
+		cfg.EngineGrace = DefaultEngineGrace
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -278,6 +295,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		a.fence(ctx, q)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.watchEngine(ctx, q)
 	}()
 	for {
 		select {
@@ -458,6 +480,11 @@ func (a *Agent) reconcile(ctx context.Context, it item) error {
 	if store.NodeOf(sb) != a.cfg.Node {
 		return nil
 	}
+	if a.engineIsDown() {
+		// Nothing is asked of an engine that does not answer; every
+		// sandbox is queued again when it does (engine.go).
+		return a.engineGone(ctx, sb)
+	}
 	if sb.Meta.DeletionTimestamp != nil {
 		return a.teardown(ctx, sb)
 	}
@@ -545,6 +572,12 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 		// cannot start) or repeated failure is reported as ERROR, in
 		// Docker's words: Run has scrubbed them of credentials.
 		permanent := shoal.KindOf(err) == shoal.KindFailedPrecondition
+		if !permanent && a.engineUnreachable(ctx) {
+			// Not this sandbox's fault: it is provisioned when the engine
+			// answers again, however long that takes (engine.go), and the
+			// attempt is not counted against it.
+			return fmt.Errorf("provision %s: the engine does not answer: %w", sb.Meta.Name, err)
+		}
 		if !permanent && a.attempt(sb.Meta.Uid) < MaxProvisionAttempts {
 			return fmt.Errorf("provision %s: %w", sb.Meta.Name, err)
 		}
@@ -630,11 +663,21 @@ func (a *Agent) syncStatus(ctx context.Context, sb *shoalv1.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) { observe(s, id, st) })
+	return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
+		observe(s, id, st)
+		if s.Phase == shoalv1.SandboxPhase_STOPPED {
+			if by, since := a.stoppedByOutage(st); by {
+				s.Message = fmt.Sprintf("container stopped with code %d when its engine went down or restarted (it last answered at %s), not necessarily by its command: delete the sandbox and create it again",
+					st.ExitCode, since.UTC().Format(time.RFC3339))
+				store.SetCondition(s, "ContainerPresent", "True", "StoppedByEngine", s.Message)
+			}
+		}
+	})
 }
 
 // observe sets the phase that the container's state means.
 func observe(s *shoalv1.SandboxStatus, id string, st shoal.ContainerState) {
+	engineBack(s) // the engine answered: the state below is its word
 	switch {
 	case !st.Exists:
 		s.Phase = shoalv1.SandboxPhase_ERROR
@@ -701,9 +744,15 @@ func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*sh
 			}
 			return nil
 		})
+	return ignoreGone(err)
+}
+
+// ignoreGone drops the errors of a status write to a sandbox that is gone,
+// was replaced or is being deleted: teardown owns it now.
+func ignoreGone(err error) error {
 	switch shoal.KindOf(err) {
 	case shoal.KindNotFound, shoal.KindConflict, shoal.KindFailedPrecondition:
-		return nil // gone, replaced or being deleted: teardown owns it now
+		return nil
 	}
 	return err
 }

@@ -342,6 +342,11 @@ func (s *Server) runningContainer(sb *shoalv1.Sandbox, running bool) (string, er
 	if sb.Meta.DeletionTimestamp != nil {
 		return "", shoal.FailedPrecondition("sandbox %q is being deleted", name)
 	}
+	for _, c := range sb.Status.GetConditions() {
+		if c.Type == store.ConditionEngineReachable && c.Status == "False" {
+			return "", shoal.Unavailable("sandbox %q: %s", name, c.Message)
+		}
+	}
 	id := sb.Status.GetContainerId()
 	if id == "" {
 		return "", shoal.FailedPrecondition("sandbox %q has no container yet (phase %s); wait until it is READY", name, sb.Status.GetPhase())

@@ -59,6 +59,7 @@ etcd client only.`,
 				&cli.DurationFlag{Name: "node-ttl", Value: def.NodeTTL, Usage: "liveness lease `TTL` of this node's registry entry; a node that cannot renew it within the TTL freezes its sandboxes"},
 				&cli.DurationFlag{Name: "fence-margin", DefaultText: "--node-ttl", Usage: "when this node leads, delete the sandboxes of a lost node this long after its lease expired (`DURATION`)"},
 				&cli.DurationFlag{Name: "resync", Value: def.Resync, Usage: "reconcile everything every `INTERVAL`"},
+				&cli.DurationFlag{Name: "engine-grace", Usage: "publish EngineUnavailable (placement skips the node, /readyz fails, its sandboxes show UNKNOWN) when the Docker engine has not answered for `DURATION` (default twice --node-ttl)"},
 				&cli.DurationFlag{Name: "orphan-grace", Value: def.OrphanGrace, Usage: "reap unrecorded containers after `DURATION`"},
 				&cli.IntFlag{Name: "max-watches", Value: def.MaxWatches, Usage: "serve at most `N` watch streams at once (more: RESOURCE_EXHAUSTED)"},
 				&cli.IntFlag{Name: "max-streams-per-client", Value: def.MaxStreamsPerClient, Usage: "with mutual TLS, serve one client certificate on one host at most `N` open streams (watches, exec, logs) at once; 0: no cap"},
@@ -125,6 +126,7 @@ etcd client only.`,
 				cfg.LeaseTTL = c.Duration("lease-ttl")
 				cfg.Resync = c.Duration("resync")
 				cfg.OrphanGrace = c.Duration("orphan-grace")
+				cfg.EngineGrace = c.Duration("engine-grace")
 				cfg.MaxWatches = c.Int("max-watches")
 				cfg.MaxExecs = c.Int("max-execs")
 				cfg.Advertise = c.String("advertise")

@@ -194,6 +194,15 @@ func ensureBridge(ctx context.Context, cli *client.Client, name string) error {
 	return fmt.Errorf("--sandbox-network bridge: network %s is being made and removed by someone else", name)
 }
 
+// Ping asks the engine whether it answers.
+func (r *Runtime) Ping(ctx context.Context) error {
+	_, err := r.cli.Ping(ctx)
+	return err
+}
+
+// Host is the engine's address.
+func (r *Runtime) Host() string { return r.cli.DaemonHost() }
+
 // Close releases the client.
 func (r *Runtime) Close() error { return r.cli.Close() }
 
@@ -337,6 +346,16 @@ func (r *Runtime) settle(ctx context.Context, id string, d time.Duration) {
 }
 
 // daemonText is Docker's own message, without the client's prefix.
+// unreachable is err as UNAVAILABLE naming the node and its engine when
+// the engine could not be reached at all (it is down or restarting), and
+// err itself otherwise.
+func (r *Runtime) unreachable(err error) error {
+	if client.IsErrConnectionFailed(err) {
+		return shoal.Unavailable("node %s: its container engine at %s does not answer; try again when it is back (`shoal node list` shows EngineUnavailable once it has been down for --engine-grace)", r.node, r.cli.DaemonHost())
+	}
+	return err
+}
+
 func daemonText(err error) string {
 	return strings.TrimPrefix(err.Error(), "Error response from daemon: ")
 }
@@ -528,7 +547,9 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (shoal.ContainerState,
 	if errText != "" && ci.Config != nil {
 		errText = redactAll(errText, envSecrets(ci.Config.Env))
 	}
-	return shoal.ContainerState{Exists: true, Running: st.Running, Paused: st.Paused, Status: string(st.Status), ExitCode: st.ExitCode, OOM: st.OOMKilled, Error: errText}, nil
+	finished, _ := time.Parse(time.RFC3339Nano, st.FinishedAt) // "0001-01-01T00:00:00Z" when it never exited
+	return shoal.ContainerState{Exists: true, Running: st.Running, Paused: st.Paused, Status: string(st.Status), ExitCode: st.ExitCode, OOM: st.OOMKilled, Error: errText,
+		FinishedAt: finished}, nil
 }
 
 // execWrapper runs an exec'd command under /bin/sh, which first writes
@@ -556,6 +577,9 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin []byt
 	if err != nil {
 		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
 			return 0, shoal.FailedPrecondition("container is not running: %s", daemonText(err))
+		}
+		if u := r.unreachable(err); u != err {
+			return 0, u
 		}
 		return 0, fmt.Errorf("exec create: %w", err)
 	}
@@ -722,6 +746,9 @@ func (r *Runtime) Logs(ctx context.Context, id string, follow bool, tail int, st
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return shoal.FailedPrecondition("the sandbox's container is gone")
+		}
+		if u := r.unreachable(err); u != err {
+			return u
 		}
 		return fmt.Errorf("logs: %w", err)
 	}

@@ -331,3 +331,9 @@ func (r *Runtime) Capacity(context.Context) (shoal.EngineCapacity, error) { retu
 
 // Close is a no-op: nothing outlives the process.
 func (r *Runtime) Close() error { return nil }
+
+// Ping answers at once: a hollow engine is always there.
+func (r *Runtime) Ping(context.Context) error { return nil }
+
+// Host names the hollow engine.
+func (r *Runtime) Host() string { return "hollow://" + r.cfg.Node }

@@ -80,6 +80,10 @@ type Config struct {
 	MaxSandboxes int
 	// NodeTTL is the liveness lease of the node's registry entry.
 	NodeTTL time.Duration
+	// EngineGrace: a container engine that has not answered this long
+	// makes the node publish EngineUnavailable (agent/engine.go). 0:
+	// 2 × NodeTTL.
+	EngineGrace time.Duration
 	// FenceMargin: while this node leads, a deletion of a sandbox whose
 	// node is lost completes this long after the loss was recorded
 	// (store/deletion.go). 0: NodeTTL.
@@ -356,6 +360,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OrphanGrace <= 0 {
 		return fmt.Errorf("--orphan-grace: must be positive")
+	}
+	if c.EngineGrace < 0 {
+		return fmt.Errorf("--engine-grace: %s; must not be negative (0: twice --node-ttl)", c.EngineGrace)
 	}
 	if c.MaxWatches <= 0 {
 		return fmt.Errorf("--max-watches: %d; must be positive", c.MaxWatches)

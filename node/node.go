@@ -47,6 +47,7 @@ type engine interface {
 	agent.Runtime
 	apiserver.Runtime
 	apiserver.Engine
+	agent.Pinger
 	// Capacity is what the engine has, for the node's registration.
 	Capacity(ctx context.Context) (shoal.EngineCapacity, error)
 	Close() error
@@ -288,7 +289,11 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ag, err := agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Lease: reg, FrozenFile: filepath.Join(cfg.DataDir, "frozen-containers"), Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
+	engineGrace := cfg.EngineGrace
+	if engineGrace == 0 {
+		engineGrace = 2 * cfg.NodeTTL
+	}
+	ag, err := agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Lease: reg, Engine: rt, Conditions: reg, EngineGrace: engineGrace, FrozenFile: filepath.Join(cfg.DataDir, "frozen-containers"), Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
 		StartupWindow: cfg.StartupWindow, Limits: cfg.SandboxLimits, Metrics: m, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")})
 	if err != nil {
 		return err
@@ -312,7 +317,7 @@ func (n *Node) Run(ctx context.Context) error {
 
 	serving = true // the servers below own (and close) the listeners
 	if m != nil {
-		n.observe(m, st, el, reg)
+		n.observe(m, st, el, reg, ag)
 		ready := func(ctx context.Context) error {
 			select {
 			case <-n.ready:
@@ -321,6 +326,9 @@ func (n *Node) Run(ctx context.Context) error {
 			}
 			if !reg.Held() {
 				return errors.New("this node does not hold its liveness lease")
+			}
+			if down, _, why := ag.EngineDown(); down {
+				return fmt.Errorf("%s: %s", store.ConditionEngineUnavailable, why)
 			}
 			if _, err := cli.Get(ctx, st.LeaderTermKey(), clientv3.WithCountOnly()); err != nil {
 				return fmt.Errorf("etcd: %v", err)
@@ -460,7 +468,7 @@ func instanceID(dataDir string) (string, error) {
 }
 
 // observe registers the node's state metrics, read at scrape time.
-func (n *Node) observe(m *metrics.Metrics, st *store.Store, el *lease.Elector, reg *registry.Registry) {
+func (n *Node) observe(m *metrics.Metrics, st *store.Store, el *lease.Elector, reg *registry.Registry, ag *agent.Agent) {
 	b := func(v bool) float64 {
 		if v {
 			return 1
@@ -469,6 +477,10 @@ func (n *Node) observe(m *metrics.Metrics, st *store.Store, el *lease.Elector, r
 	}
 	m.Gauge("shoal_leader", "1 while this node leads (holds the leader lease).", func() float64 { return b(el.IsLeader()) })
 	m.CounterFunc("shoal_leader_terms_total", "Terms this node has begun as leader.", func() float64 { return float64(el.Terms()) })
+	m.Gauge("shoal_engine_available", "0 while this node counts its container engine as down (EngineUnavailable), else 1.", func() float64 {
+		down, _, _ := ag.EngineDown()
+		return b(!down)
+	})
 	m.Gauge("shoal_node_lease_held", "1 while this node holds its liveness lease.", func() float64 { return b(reg.Held()) })
 	if c := st.Cache(); c != nil {
 		// From the watch cache's copy only: without it a scrape would

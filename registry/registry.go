@@ -10,6 +10,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -103,7 +104,7 @@ func (r *Registry) Register(ctx context.Context) error {
 		_, _ = r.cfg.Etcd.Revoke(rctx, grant.ID)
 		cancel()
 	}
-	if err := r.cfg.Store.RegisterNode(ctx, store.Registration{Node: r.cfg.Node, Instance: r.cfg.Instance}, grant.ID); err != nil {
+	if err := r.cfg.Store.RegisterNode(ctx, r.entry(), grant.ID); err != nil {
 		revoke()
 		return err
 	}
@@ -117,6 +118,33 @@ func (r *Registry) Register(ctx context.Context) error {
 	r.gen++
 	r.mu.Unlock()
 	return nil
+}
+
+// entry is this node's registry entry as it stands (conditions included).
+func (r *Registry) entry() store.Registration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return store.Registration{Node: proto.Clone(r.cfg.Node).(*shoalv1.Node), Instance: r.cfg.Instance}
+}
+
+// SetCondition sets one of the node's own conditions (see
+// store.SetNodeCondition) and publishes it with the registration. A node
+// not registered now keeps it and publishes it when it registers again;
+// so does one whose write fails, which reports the error (the caller
+// tries again later).
+func (r *Registry) SetCondition(ctx context.Context, typ, status, reason, msg string) error {
+	r.mu.Lock()
+	store.SetNodeCondition(r.cfg.Node, typ, status, reason, msg)
+	cur := r.current
+	r.mu.Unlock()
+	if cur == nil {
+		return nil
+	}
+	err := r.cfg.Store.UpdateRegistration(ctx, r.entry(), cur.lease)
+	if shoal.KindOf(err) == shoal.KindFailedPrecondition {
+		return nil // lost meanwhile: Register publishes it
+	}
+	return err
 }
 
 // keepAlive renews lease every third of the TTL until ctx ends or the

@@ -47,12 +47,9 @@ type Registration struct {
 
 const instanceLabel = "shoal.dev/instance"
 
-// RegisterNode puts the node's registry key on lease and its info key, in
-// one Txn that compares the registry key absent. If a live key exists and
-// carries the same instance, it is this node's previous incarnation (a
-// crash and restart within the TTL): its lease is revoked and the Txn
-// retried. Otherwise ErrNodeIDTaken names the holder's address.
-func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3.LeaseID) error {
+// value is the registry entry of r: its node without a status, labelled
+// with its instance.
+func (r Registration) value() (*shoalv1.Node, []byte, error) {
 	n := proto.Clone(r.Node).(*shoalv1.Node)
 	n.Status = nil
 	if n.Labels == nil {
@@ -60,6 +57,16 @@ func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3
 	}
 	n.Labels[instanceLabel] = r.Instance
 	val, err := marshal.Marshal(n)
+	return n, val, err
+}
+
+// RegisterNode puts the node's registry key on lease and its info key, in
+// one Txn that compares the registry key absent. If a live key exists and
+// carries the same instance, it is this node's previous incarnation (a
+// crash and restart within the TTL): its lease is revoked and the Txn
+// retried. Otherwise ErrNodeIDTaken names the holder's address.
+func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3.LeaseID) error {
+	n, val, err := r.value()
 	if err != nil {
 		return err
 	}
@@ -460,6 +467,8 @@ func fitting(nodes []*shoalv1.Node, p Placement, sb *shoalv1.Sandbox) ([]*shoalv
 			why = append(why, n.Name+" not ready")
 		case n.Status.Cordoned:
 			why = append(why, n.Name+" cordoned")
+		case engineDown(n) != "":
+			why = append(why, engineDown(n))
 		case n.MaxSandboxes > 0 && n.Status.Sandboxes >= n.MaxSandboxes:
 			why = append(why, fmt.Sprintf("%s full (%d/%d)", n.Name, n.Status.Sandboxes, n.MaxSandboxes))
 		default:

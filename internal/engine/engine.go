@@ -40,12 +40,14 @@ type Engine struct {
 	// Client talks to this engine; Close closes it.
 	Client *client.Client
 
-	images    []string // loaded from the system engine; removed by Close
-	dir       string   // private engines only
-	lock      *os.File
-	proc      *proc.Process
-	closeOnce sync.Once
-	closeErr  error
+	images     []string // loaded from the system engine; removed by Close
+	dir        string   // private engines only
+	containerd string   // the containerd socket it shares
+	lock       *os.File
+	procMu     sync.Mutex
+	proc       *proc.Process // the running (or last) dockerd
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 // Environment variables that choose the engines.
@@ -209,7 +211,7 @@ func start(ctx context.Context, name, containerd string, opts Options, tar []byt
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("engine %s: lock %s: %w", name, dir, err)
 	}
-	e = &Engine{Name: name, dir: dir, lock: lock, images: opts.Images,
+	e = &Engine{Name: name, dir: dir, lock: lock, images: opts.Images, containerd: containerd,
 		Host: "unix://" + filepath.Join(dir, "run", "docker.sock")}
 	defer func() {
 		if err != nil {
@@ -226,9 +228,24 @@ func start(ctx context.Context, name, containerd string, opts Options, tar []byt
 	if err := os.WriteFile(cfgFile, []byte("{}\n"), 0o600); err != nil {
 		return e, fmt.Errorf("engine %s: %w", name, err)
 	}
-	logf, err := os.Create(e.logPath())
-	if err != nil {
+	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	if err := e.launch(ctx); err != nil {
+		return e, err
+	}
+	if err := loadImages(ctx, e.Client, tar, opts.Images); err != nil {
 		return e, fmt.Errorf("engine %s: %w", name, err)
+	}
+	return e, nil
+}
+
+// launch starts the engine's dockerd and waits until it answers.
+func (e *Engine) launch(ctx context.Context) (err error) {
+	name, dir := e.Name, e.dir
+	cfgFile := filepath.Join(dir, "daemon.json")
+	logf, err := os.OpenFile(e.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("engine %s: %w", name, err)
 	}
 	defer logf.Close()
 	ns := filepath.Base(dir)
@@ -240,7 +257,7 @@ func start(ctx context.Context, name, containerd string, opts Options, tar []byt
 		"--pidfile", filepath.Join(dir, "docker.pid"),
 		"--bridge", "none",
 		"--iptables=false",
-		"--containerd", containerd,
+		"--containerd", e.containerd,
 		"--containerd-namespace", ns,
 		"--containerd-plugins-namespace", ns+"-plugins",
 	)
@@ -255,21 +272,57 @@ func start(ctx context.Context, name, containerd string, opts Options, tar []byt
 	// network (its API is a unix socket, its containers use networks it
 	// creates in its own namespace), so it needs none of the host's.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM, Cloneflags: syscall.CLONE_NEWNET}
-	if e.proc, err = proc.Start(cmd); err != nil {
-		return e, fmt.Errorf("engine %s: start dockerd: %w", name, err)
+	p, err := proc.Start(cmd)
+	if err != nil {
+		return fmt.Errorf("engine %s: start dockerd: %w", name, err)
 	}
-	if e.Client, err = client.NewClientWithOpts(client.WithHost(e.Host), client.WithAPIVersionNegotiation()); err != nil {
-		return e, fmt.Errorf("engine %s: %w", name, err)
+	e.procMu.Lock()
+	e.proc = p
+	e.procMu.Unlock()
+	if e.Client == nil {
+		if e.Client, err = client.NewClientWithOpts(client.WithHost(e.Host), client.WithAPIVersionNegotiation()); err != nil {
+			return fmt.Errorf("engine %s: %w", name, err)
+		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	if err := e.waitPing(ctx, p); err != nil {
+		return fmt.Errorf("engine %s: %w; dockerd log:\n%s", name, err, e.LogTail(20))
+	}
+	return nil
+}
+
+func (e *Engine) process() *proc.Process {
+	e.procMu.Lock()
+	defer e.procMu.Unlock()
+	return e.proc
+}
+
+// Kill SIGKILLs a private engine's dockerd and waits until it is gone, as
+// a crash would end it: its containers' processes live on in containerd,
+// and nothing answers on its socket until Revive.
+func (e *Engine) Kill() error {
+	p := e.process()
+	if e.Shared || p == nil {
+		return fmt.Errorf("engine %s: only a private engine can be killed", e.Name)
+	}
+	p.Kill()
+	<-p.Done()
+	return nil
+}
+
+// Revive starts a killed private engine's dockerd again, on the same data
+// root, and waits until it answers. What the engine then says of the
+// containers that ran before is Docker's own restore.
+func (e *Engine) Revive(ctx context.Context) error {
+	p := e.process()
+	if e.Shared || p == nil {
+		return fmt.Errorf("engine %s: only a private engine can be revived", e.Name)
+	}
+	if !p.Exited() {
+		return fmt.Errorf("engine %s: dockerd still runs", e.Name)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if err := e.waitPing(ctx); err != nil {
-		return e, fmt.Errorf("engine %s: %w; dockerd log:\n%s", name, err, e.LogTail(20))
-	}
-	if err := loadImages(ctx, e.Client, tar, opts.Images); err != nil {
-		return e, fmt.Errorf("engine %s: %w", name, err)
-	}
-	return e, nil
+	return e.launch(ctx)
 }
 
 func (e *Engine) logPath() string { return filepath.Join(e.dir, "dockerd.log") }
@@ -310,7 +363,7 @@ func (e *Engine) LogTail(n int) string {
 	return Tail(e.logPath(), n)
 }
 
-func (e *Engine) waitPing(ctx context.Context) error {
+func (e *Engine) waitPing(ctx context.Context, p *proc.Process) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -321,8 +374,8 @@ func (e *Engine) waitPing(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case <-e.proc.Done():
-			return fmt.Errorf("dockerd exited: %v", e.proc.Err())
+		case <-p.Done():
+			return fmt.Errorf("dockerd exited: %v", p.Err())
 		case <-ctx.Done():
 			return fmt.Errorf("dockerd did not answer: %v", err)
 		case <-tick.C:
@@ -403,7 +456,7 @@ func (e *Engine) Close(ctx context.Context) error {
 			return
 		}
 		var errs []error
-		if e.Client != nil && (e.proc == nil || !e.proc.Exited()) {
+		if p := e.process(); e.Client != nil && (p == nil || !p.Exited()) {
 			ctx, cancel := context.WithTimeout(ctx, time.Minute)
 			errs = append(errs, e.RemoveContainers(ctx))
 			for _, img := range e.images {
@@ -425,7 +478,7 @@ func (e *Engine) teardown() error {
 	if e.Client != nil {
 		e.Client.Close()
 	}
-	if e.proc != nil && !e.proc.Terminate(30*time.Second) {
+	if p := e.process(); p != nil && !p.Terminate(30*time.Second) {
 		errs = append(errs, fmt.Errorf("engine %s: dockerd did not stop on SIGTERM within 30s; killed it", e.Name))
 	}
 	errs = append(errs, removeDir(e.dir))

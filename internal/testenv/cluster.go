@@ -63,6 +63,9 @@ type ClusterConfig struct {
 	// flags; Client and ClusterClient dial with the admin's certificate,
 	// Etcd with node 0's.
 	TLS bool
+	// Metrics gives every node a --metrics-listen address (MetricsAddr):
+	// /metrics, /healthz and /readyz.
+	Metrics bool
 }
 
 // Cluster is a shoal cluster of child processes of the built binary, each
@@ -91,12 +94,13 @@ type Cluster struct {
 }
 
 type clusterNode struct {
-	id     string
-	addr   string
-	dir    string // data dir and log file
-	engine *Engine
-	conn   *grpc.ClientConn
-	starts int
+	id      string
+	addr    string
+	metrics string // --metrics-listen, with ClusterConfig.Metrics
+	dir     string // data dir and log file
+	engine  *Engine
+	conn    *grpc.ClientConn
+	starts  int
 
 	// proxy is the node's own way to the test's etcd (Voters == 0).
 	proxy *tcpproxy.Proxy
@@ -219,6 +223,9 @@ func (c *Cluster) nodeID(i int) string { return fmt.Sprintf("%s-n%d", c.prefix, 
 func (c *Cluster) newNode(id string, e *Engine) *clusterNode {
 	c.t.Helper()
 	n := &clusterNode{id: id, engine: e, dir: c.t.TempDir(), addr: fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))}
+	if c.cfg.Metrics {
+		n.metrics = fmt.Sprintf("127.0.0.1:%d", FreePort(c.t))
+	}
 	creds := insecure.NewCredentials()
 	if c.cfg.TLS {
 		// One more node's certificate; the CA and the client
@@ -360,6 +367,10 @@ func (c *Cluster) ClusterClient(i int) shoalv1.ClusterClient {
 // Engine is node i's Docker engine: tests look there to see where a
 // container really is.
 func (c *Cluster) Engine(i int) *Engine { return c.node(i).engine }
+
+// MetricsAddr is node i's --metrics-listen address (ClusterConfig.Metrics),
+// or "".
+func (c *Cluster) MetricsAddr(i int) string { return c.node(i).metrics }
 
 // SeparateEngines reports whether every node has its own engine. When it
 // is false they share the system engine: a container on "another node's
@@ -583,6 +594,9 @@ func (c *Cluster) args(n *clusterNode) []string {
 	)
 	if n.engine.Host != "" {
 		args = append(args, "--docker-host", n.engine.Host)
+	}
+	if n.metrics != "" {
+		args = append(args, "--metrics-listen", n.metrics)
 	}
 	if c.cfg.TLS {
 		f := c.files(n.id)

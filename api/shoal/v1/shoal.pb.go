@@ -2258,8 +2258,13 @@ type Node struct {
 	// sandbox's resources exceed. 0: not known (the engine did not answer).
 	EngineCpuMillis   int64 `protobuf:"varint,11,opt,name=engine_cpu_millis,json=engineCpuMillis,proto3" json:"engine_cpu_millis,omitempty"`
 	EngineMemoryBytes int64 `protobuf:"varint,12,opt,name=engine_memory_bytes,json=engineMemoryBytes,proto3" json:"engine_memory_bytes,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// What the node reports of its own health, published by the node itself
+	// with its registration. EngineUnavailable "True": its container engine
+	// has not answered for longer than its --engine-grace (since
+	// last_transition_time); placement skips the node and /readyz fails.
+	Conditions    []*Condition `protobuf:"bytes,13,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -2374,6 +2379,13 @@ func (x *Node) GetEngineMemoryBytes() int64 {
 		return x.EngineMemoryBytes
 	}
 	return 0
+}
+
+func (x *Node) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
 }
 
 type NodeStatus struct {
@@ -3727,7 +3739,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\rpreconditions\x18\x04 \x01(\v2\x17.shoal.v1.PreconditionsR\rpreconditions\"b\n" +
 	"\x16DeleteProviderResponse\x12\x18\n" +
 	"\adeleted\x18\x01 \x01(\bR\adeleted\x12.\n" +
-	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"\x9e\x04\n" +
+	"\bprovider\x18\x02 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"\xd3\x04\n" +
 	"\x04Node\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x18\n" +
@@ -3742,7 +3754,10 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x0eencryption_key\x18\n" +
 	" \x01(\tR\rencryptionKey\x12*\n" +
 	"\x11engine_cpu_millis\x18\v \x01(\x03R\x0fengineCpuMillis\x12.\n" +
-	"\x13engine_memory_bytes\x18\f \x01(\x03R\x11engineMemoryBytes\x1a9\n" +
+	"\x13engine_memory_bytes\x18\f \x01(\x03R\x11engineMemoryBytes\x123\n" +
+	"\n" +
+	"conditions\x18\r \x03(\v2\x13.shoal.v1.ConditionR\n" +
+	"conditions\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
@@ -3993,73 +4008,74 @@ var file_shoal_v1_shoal_proto_depIdxs = []int32{
 	64, // 30: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
 	65, // 31: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
 	34, // 32: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
-	65, // 33: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	33, // 34: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
-	33, // 35: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
-	44, // 36: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
-	65, // 37: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
-	65, // 38: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
-	44, // 39: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
-	44, // 40: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
-	11, // 41: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
-	12, // 42: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
-	13, // 43: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
-	15, // 44: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
-	16, // 45: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
-	18, // 46: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
-	20, // 47: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
-	22, // 48: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
-	24, // 49: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
-	25, // 50: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
-	26, // 51: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
-	27, // 52: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
-	28, // 53: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
-	30, // 54: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
-	31, // 55: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
-	35, // 56: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
-	37, // 57: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
-	38, // 58: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
-	39, // 59: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
-	41, // 60: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
-	43, // 61: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
-	46, // 62: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
-	48, // 63: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
-	50, // 64: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
-	51, // 65: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
-	52, // 66: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
-	53, // 67: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
-	8,  // 68: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
-	8,  // 69: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
-	14, // 70: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
-	8,  // 71: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
-	17, // 72: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
-	19, // 73: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	21, // 74: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
-	23, // 75: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
-	8,  // 76: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
-	8,  // 77: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
-	9,  // 78: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
-	9,  // 79: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
-	29, // 80: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
-	9,  // 81: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
-	32, // 82: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
-	36, // 83: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
-	33, // 84: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
-	33, // 85: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
-	40, // 86: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
-	42, // 87: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
-	45, // 88: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
-	47, // 89: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
-	49, // 90: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
-	47, // 91: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
-	47, // 92: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
-	55, // 93: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
-	54, // 94: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
-	68, // [68:95] is the sub-list for method output_type
-	41, // [41:68] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	6,  // 33: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
+	65, // 34: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	33, // 35: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
+	33, // 36: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
+	44, // 37: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
+	65, // 38: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
+	65, // 39: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
+	44, // 40: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
+	44, // 41: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
+	11, // 42: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
+	12, // 43: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
+	13, // 44: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
+	15, // 45: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
+	16, // 46: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
+	18, // 47: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
+	20, // 48: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
+	22, // 49: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
+	24, // 50: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
+	25, // 51: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
+	26, // 52: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
+	27, // 53: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
+	28, // 54: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
+	30, // 55: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
+	31, // 56: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
+	35, // 57: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
+	37, // 58: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
+	38, // 59: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
+	39, // 60: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
+	41, // 61: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
+	43, // 62: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
+	46, // 63: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
+	48, // 64: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
+	50, // 65: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
+	51, // 66: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
+	52, // 67: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
+	53, // 68: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
+	8,  // 69: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
+	8,  // 70: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
+	14, // 71: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
+	8,  // 72: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
+	17, // 73: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
+	19, // 74: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
+	21, // 75: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
+	23, // 76: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
+	8,  // 77: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
+	8,  // 78: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
+	9,  // 79: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
+	9,  // 80: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
+	29, // 81: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
+	9,  // 82: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
+	32, // 83: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
+	36, // 84: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
+	33, // 85: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
+	33, // 86: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
+	40, // 87: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
+	42, // 88: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
+	45, // 89: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
+	47, // 90: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
+	49, // 91: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
+	47, // 92: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
+	47, // 93: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
+	55, // 94: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
+	54, // 95: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
+	69, // [69:96] is the sub-list for method output_type
+	42, // [42:69] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_shoal_v1_shoal_proto_init() }
