@@ -198,6 +198,9 @@ func (a *app) nodeList() *cli.Command {
 		Usage: "list the cluster's nodes",
 		Description: `STATUS is Ready while the node holds its liveness lease (--node-ttl), NotReady
 after it expired (the node is remembered); Cordoned nodes take no new sandboxes.
+EngineUnavailable: the node's Docker engine has not answered for --engine-grace;
+placement skips it and its sandboxes are UNKNOWN until the engine is back
+(` + "`shoal node get NAME -o yaml`" + ` shows since when and why).
 SANDBOXES is placed/capacity.`,
 		Action: func(c *cli.Context) error {
 			api, err := a.clusterArgs(c, 0, "")

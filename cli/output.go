@@ -259,6 +259,12 @@ func (p printer) nodes(s shape, items ...*shoalv1.Node) error {
 		if st.GetCordoned() {
 			status += ",Cordoned"
 		}
+		for _, c := range n.GetConditions() {
+			// A node's conditions name trouble: shown while "True".
+			if c.GetStatus() == "True" {
+				status += "," + c.GetType()
+			}
+		}
 		max := "-"
 		if n.GetMaxSandboxes() > 0 {
 			max = fmt.Sprint(n.GetMaxSandboxes())

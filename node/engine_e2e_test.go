@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -62,6 +63,11 @@ func TestDeadEngineIsNodeHealth(t *testing.T) {
 	t.Logf("engine death → EngineUnavailable in node list: %s (grace %s)", time.Since(killed).Round(time.Millisecond), grace)
 	if n.Status.GetReady() != true {
 		t.Errorf("%s: Ready %v; its lease is held, only its engine is down", down, n.Status.GetReady())
+	}
+	// `shoal node list` through the built binary shows it in STATUS.
+	out, err := exec.CommandContext(ctx, testenv.Binary(t), "node", "list", "--endpoint", c.Addr(1)).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Ready,EngineUnavailable") {
+		t.Errorf("shoal node list while %s's engine is down: %v\n%s\nwant STATUS Ready,EngineUnavailable", down, err, out)
 	}
 	cond := store.NodeCondition(n, store.ConditionEngineUnavailable)
 	if !strings.Contains(cond.Message, c.Engine(0).Host) {
