@@ -206,7 +206,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("shoal/agent")
 	}
 	return &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{},
-		paused: loadFrozen(cfg.FrozenFile)}, nil
+		paused: map[string]bool{}}, nil
 }
 
 // Reaped is the number of orphan containers removed so far.
@@ -222,6 +222,11 @@ func (i item) key() string { return i.ws + "/" + i.name }
 
 // Start runs the loops until ctx ends.
 func (a *Agent) Start(ctx context.Context) error {
+	// What an earlier process (or the node's guard before it registered,
+	// node/cutoff.go) froze: thawed when the node rejoins.
+	for id := range loadFrozen(a.cfg.FrozenFile) {
+		a.paused[id] = true
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	q := workqueue.New(item.key)

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -240,4 +241,23 @@ func (a *Agent) saveFrozen() error {
 		return err
 	}
 	return os.Rename(tmp, a.cfg.FrozenFile)
+}
+
+// FreezeUnregistered is the fence of a node process that cannot register
+// (it was restarted while cut off from etcd): its agent never starts, yet
+// the containers of its earlier run go on, and the cluster counts the node
+// lost and completes deletions of its sandboxes after the fence margin.
+// The node calls it once its TTL has passed since it started without
+// registering: every running container of the node is paused and recorded
+// in frozenFile, which the agent reads when it starts, so that it thaws
+// them when the node joins (or removes them if their sandboxes were
+// deleted meanwhile). It returns how many containers are frozen.
+func FreezeUnregistered(ctx context.Context, node string, rt Runtime, frozenFile string, log *slog.Logger) (int, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &Agent{cfg: Config{Node: node, Runtime: rt, FrozenFile: frozenFile}, log: log.With("subsystem", "agent", "node", node),
+		paused: loadFrozen(frozenFile)}
+	err := a.freeze(ctx)
+	return len(a.paused), err
 }

@@ -16,6 +16,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.etcd.io/etcd/server/v3/storage/wal"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"shoal/pki"
 )
@@ -497,6 +499,7 @@ func dial(endpoints []string, autoSync time.Duration, opts []DialOption) (*clien
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var errs []error
+	unreachable := true
 	for _, ep := range endpoints {
 		sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
 		_, err := c.Status(sctx, ep)
@@ -505,10 +508,21 @@ func dial(endpoints []string, autoSync time.Duration, opts []DialOption) (*clien
 			return c, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+		code := status.Code(err)
+		unreachable = unreachable && (errors.Is(err, context.DeadlineExceeded) || code == codes.DeadlineExceeded || code == codes.Unavailable)
 		if ctx.Err() != nil {
 			break
 		}
 	}
 	c.Close()
-	return nil, fmt.Errorf("etcd %v is not reachable: %w", endpoints, errors.Join(errs...))
+	err = fmt.Errorf("etcd %v is not reachable: %w", endpoints, errors.Join(errs...))
+	if unreachable {
+		err = fmt.Errorf("%w: %w", ErrUnreachable, err)
+	}
+	return nil, err
 }
+
+// ErrUnreachable marks a dial that failed only because no endpoint
+// answered in time or accepted a connection (not, say, a TLS refusal): a
+// caller may try again later.
+var ErrUnreachable = errors.New("no etcd endpoint answers")

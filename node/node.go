@@ -83,6 +83,9 @@ type Node struct {
 // start: an unreachable external etcd fails the start instead of hanging.
 const clusterIDTimeout = 30 * time.Second
 
+// frozenFile, in the data dir, lists the containers the node froze.
+const frozenFile = "frozen-containers"
+
 // ClusterID is the id of the node's cluster, once Ready.
 func (n *Node) ClusterID() string { n.mu.Lock(); defer n.mu.Unlock(); return n.cluster }
 
@@ -145,6 +148,7 @@ func (n *Node) OrphansReaped() int {
 
 // Run starts the node and blocks until ctx ends, then shuts down in order.
 func (n *Node) Run(ctx context.Context) error {
+	started := time.Now()
 	cfg := n.cfg
 	tp := cfg.Tracer
 	if tp == nil {
@@ -162,6 +166,10 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 	}
 
+	// A node that ran before and cannot reach etcd freezes its containers
+	// if it has not registered within --node-ttl (cutoff.go).
+	stopGuard := n.guardUnregistered(ctx, started)
+	defer stopGuard()
 	cli, etcdFatal, closeEtcd, err := n.etcd(ctx)
 	if err != nil {
 		return err
@@ -180,13 +188,11 @@ func (n *Node) Run(ctx context.Context) error {
 	// The cluster id goes on every container's labels: nodes of separate
 	// clusters on one engine (two dev clusters on one host share the host
 	// name as node id) must not take each other's containers for orphans.
-	cctx, cancel := context.WithTimeout(ctx, clusterIDTimeout)
-	cluster, err := st.ClusterID(cctx)
-	cancel()
+	cluster, err := n.clusterID(ctx, st)
 	if err != nil {
-		return fmt.Errorf("read the cluster id from etcd: %w", err)
+		return err
 	}
-	cctx, cancel = context.WithTimeout(ctx, clusterIDTimeout)
+	cctx, cancel := context.WithTimeout(ctx, clusterIDTimeout)
 	err = st.AdmitKeyRing(cctx)
 	cancel()
 	if shoal.KindOf(err) == shoal.KindFailedPrecondition {
@@ -293,7 +299,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if engineGrace == 0 {
 		engineGrace = 2 * cfg.NodeTTL
 	}
-	ag, err := agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Lease: reg, Engine: rt, Conditions: reg, EngineGrace: engineGrace, FrozenFile: filepath.Join(cfg.DataDir, "frozen-containers"), Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
+	ag, err := agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Lease: reg, Engine: rt, Conditions: reg, EngineGrace: engineGrace, FrozenFile: filepath.Join(cfg.DataDir, frozenFile), Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
 		StartupWindow: cfg.StartupWindow, Limits: cfg.SandboxLimits, Metrics: m, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")})
 	if err != nil {
 		return err
@@ -301,6 +307,9 @@ func (n *Node) Run(ctx context.Context) error {
 	if err := reg.Register(ctx); err != nil {
 		return err
 	}
+	// Registered: from here the agent fences (and thaws what the guard
+	// froze). The guard must be done before the agent starts.
+	stopGuard()
 	// otelgrpc continues a caller's trace (W3C traceparent) into the
 	// server's spans.
 	gs := grpc.NewServer(append(api.ServerOptions(),
@@ -427,7 +436,11 @@ func (n *Node) Run(ctx context.Context) error {
 func (n *Node) etcd(ctx context.Context) (*clientv3.Client, <-chan error, func(), error) {
 	cfg := n.cfg
 	if len(cfg.EtcdEndpoints) > 0 {
-		cli, err := embedetcd.Dial(cfg.EtcdEndpoints, embedetcd.WithTLS(n.transport.ClientTLS()))
+		var cli *clientv3.Client
+		err := n.untilReachable(ctx, "dial etcd", func() (err error) {
+			cli, err = embedetcd.Dial(cfg.EtcdEndpoints, embedetcd.WithTLS(n.transport.ClientTLS()))
+			return err
+		})
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("--etcd-endpoints: %w", err)
 		}

@@ -466,6 +466,14 @@ func (c *Cluster) Restart(i int) {
 	c.WaitReady(i)
 }
 
+// Start starts node i, which must not run, with the same id, flags, data
+// dir, address and engine, and returns at once: for a node that cannot
+// serve yet (cut off from etcd). WaitReady waits until it serves.
+func (c *Cluster) Start(i int) {
+	c.t.Helper()
+	c.start(i)
+}
+
 // CutOff cuts node i off from etcd: its open etcd connections are closed
 // and new ones refused until Heal. The node process keeps running. With
 // Voters > 0 it is a partition of the host: node i's process can reach no
