@@ -102,6 +102,11 @@ func (a *Agent) watchEngine(ctx context.Context, q *workqueue.Queue[item]) {
 	tick := time.NewTicker(a.cfg.EngineCheck)
 	defer tick.Stop()
 	lastOK := time.Now()
+	// Failing since the first failed ping after an answer: the grace is
+	// counted from there, not from the last answer, so that a process
+	// that was stopped (SIGSTOP, a paused host) and resumes does not count
+	// the time it did not look as the engine's silence.
+	var failingSince time.Time
 	published := true // the node starts without the condition
 	for {
 		pctx, cancel := context.WithTimeout(ctx, max(a.cfg.EngineCheck, 2*time.Second))
@@ -116,14 +121,16 @@ func (a *Agent) watchEngine(ctx context.Context, q *workqueue.Queue[item]) {
 		changed := false
 		switch {
 		case err == nil:
-			lastOK = now
+			lastOK, failingSince = now, time.Time{}
 			if h.down {
 				h.down, h.err, h.outage, changed = false, nil, h.since, true
 			}
-		case !h.down && now.Sub(lastOK) >= a.cfg.EngineGrace:
-			h.down, h.since, h.err, changed = true, lastOK, err, true
 		case h.down:
 			h.err = err
+		case failingSince.IsZero():
+			failingSince = now
+		case now.Sub(failingSince) >= a.cfg.EngineGrace:
+			h.down, h.since, h.err, changed = true, lastOK, err, true
 		}
 		down, since, perr := h.down, h.since, h.err
 		h.mu.Unlock()
