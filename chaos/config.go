@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -35,7 +34,10 @@ type Config struct {
 	EtcdEndpoints []string
 	NodeID        string
 	Prefix        string
-	// Binary is the shoal executable that runs the node.
+	// Binary is the shoal executable that runs the node (and, with
+	// Cluster, is copied into the hosts' image). DefaultConfig leaves it
+	// empty: the running program is shoal-lab or a test, never shoal;
+	// shoal-lab sets it (--shoal-binary, else shoal beside it or on PATH).
 	Binary string
 	// NodeEnv is added to the node's environment (test-only switches).
 	NodeEnv []string
@@ -48,9 +50,9 @@ type Config struct {
 	Log io.Writer
 }
 
-// DefaultConfig returns the defaults of `shoal chaos run`.
+// DefaultConfig returns the defaults of `shoal-lab chaos run`, but for
+// Binary, which the caller sets.
 func DefaultConfig() Config {
-	bin, _ := os.Executable()
 	return Config{
 		Scenarios:     []string{"all"},
 		Duration:      time.Minute,
@@ -59,7 +61,6 @@ func DefaultConfig() Config {
 		ReportDir:     "chaos-report",
 		DeletingBound: 30 * time.Second,
 		Prefix:        "/shoal",
-		Binary:        bin,
 	}
 }
 
@@ -114,7 +115,7 @@ func (c *Config) Validate() error {
 		return errors.New("--deleting-bound: must be positive")
 	}
 	if c.Endpoint == "" && c.Binary == "" {
-		return errors.New("no shoal binary to start a node with")
+		return errors.New("no shoal binary to start a node with (Binary; shoal-lab: --shoal-binary)")
 	}
 	if c.Endpoint != "" {
 		for _, s := range c.Scenarios {

@@ -163,7 +163,7 @@ func (r *Report) summarize(ops []Op) {
 // WriteSummary prints the human summary table.
 func (r *Report) WriteSummary(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "seed\t%d\t(replay: shoal chaos run --seed %d --scenario %s)\n", r.Seed, r.Seed, strings.Join(r.Config["scenarios"].([]string), ","))
+	fmt.Fprintf(tw, "seed\t%d\t(replay: shoal-lab chaos run --seed %d --scenario %s)\n", r.Seed, r.Seed, strings.Join(r.Config["scenarios"].([]string), ","))
 	fmt.Fprintf(tw, "duration\t%s\n", r.Finished.Sub(r.Started).Round(time.Second))
 	fmt.Fprintf(tw, "ops\t%d\n", r.Summary.Ops)
 	fmt.Fprintf(tw, "deletes under writers\t%d\n", r.Summary.DeletesUnderFire)

@@ -50,10 +50,36 @@ type app struct {
 
 // Main runs the CLI and returns the process exit code.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return run(ctx, args, stdin, stdout, stderr, shoalSpec())
+}
+
+// shoalSpec is the `shoal` binary's command tree.
+func shoalSpec() ToolSpec {
+	return ToolSpec{
+		Name:  "shoal",
+		Usage: "a clustered control plane for agent sandboxes",
+		Description: `shoal runs AI agents in Docker sandboxes and injects provider credentials into them.
+All state lives in etcd; every change is a compare-and-swap transaction.
+The chaos suite, the soak and the fleet bench are a binary of their own:
+shoal-lab (make build builds bin/shoal-lab).
+
+Flags may come before or after positional arguments.
+
+` + exitCodesHelp,
+		Commands: func(t *Tool) []*cli.Command {
+			a := t.a
+			return []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.clusterCmd(), a.certsCmd(), a.configCmd(), a.adminCmd(),
+				movedToLab("chaos"), movedToLab("bench")}
+		},
+	}
+}
+
+// run runs the command tree of spec: the one path of Main and RunTool.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, spec ToolSpec) int {
 	a := &app{stdout: stdout, stderr: stderr, stdin: stdin, ctx: ctx, tty: isTerminal(stderr), lookupEnv: os.LookupEnv}
 	// The root's Before sets the format; errors before it still print.
 	a.out = printer{w: stdout, errw: stderr, format: formatTable, now: time.Now}
-	root := a.tree()
+	root := a.tree(spec)
 	err := root.RunContext(ctx, Reorder(root, args))
 	if a.conn != nil {
 		a.conn.Close()
@@ -67,8 +93,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	return e.code
 }
 
-func (a *app) tree() *cli.App {
-	root := a.root()
+func (a *app) tree(spec ToolSpec) *cli.App {
+	root := a.root(spec)
 	// Every command reports bad flags as usage errors (exit 2).
 	var walk func([]*cli.Command)
 	walk = func(cmds []*cli.Command) {
@@ -81,20 +107,17 @@ func (a *app) tree() *cli.App {
 	return root
 }
 
-func (a *app) root() *cli.App {
+// root is the app of spec with the global flags every shoal binary
+// shares, and its version command.
+func (a *app) root(spec ToolSpec) *cli.App {
 	return &cli.App{
-		Name:    "shoal",
-		Usage:   "a clustered control plane for agent sandboxes",
-		Version: Version,
-		Description: `shoal runs AI agents in Docker sandboxes and injects provider credentials into them.
-All state lives in etcd; every change is a compare-and-swap transaction.
-
-Flags may come before or after positional arguments.
-
-` + exitCodesHelp,
-		Writer:    a.stdout,
-		ErrWriter: a.stderr,
-		Reader:    a.stdin,
+		Name:        spec.Name,
+		Usage:       spec.Usage,
+		Version:     Version,
+		Description: spec.Description,
+		Writer:      a.stdout,
+		ErrWriter:   a.stderr,
+		Reader:      a.stdin,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "endpoint", Value: "127.0.0.1:7443", EnvVars: []string{"SHOAL_ENDPOINT"}, Usage: "shoal API `ADDRESSES`: host:port, or a comma-separated list of nodes (a call moves on to the next when a node is unreachable or refuses it unapplied)"},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: formatTable, Usage: "output `FORMAT`: table, json or yaml"},
@@ -128,7 +151,7 @@ Flags may come before or after positional arguments.
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError("%v", err)
 		},
-		Commands: []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.clusterCmd(), a.chaosCmd(), a.benchCmd(), a.certsCmd(), a.configCmd(), a.adminCmd(), a.versionCmd()},
+		Commands: append(spec.Commands(&Tool{a}), a.versionCmd(spec.Name)),
 	}
 }
 
@@ -201,12 +224,12 @@ func (a *app) dialArgs(c *cli.Context, n int, names string) (shoalv1.ShoalClient
 	return a.api()
 }
 
-func (a *app) versionCmd() *cli.Command {
+func (a *app) versionCmd(name string) *cli.Command {
 	return &cli.Command{
 		Name:  "version",
 		Usage: "print the client version",
 		Action: func(c *cli.Context) error {
-			fmt.Fprintf(a.stdout, "shoal %s\n", Version)
+			fmt.Fprintf(a.stdout, "%s %s\n", name, Version)
 			return nil
 		},
 	}

@@ -10,7 +10,7 @@ import (
 
 func TestReorder(t *testing.T) {
 	a := &app{}
-	root := a.tree()
+	root := a.tree(shoalSpec())
 	for _, tc := range []struct{ in, want string }{
 		{"shoal sandbox create sb1 --provider p --wait", "shoal sandbox create --provider p --wait -- sb1"},
 		{"shoal sandbox create sb1 --provider=p -- sh -c --x", "shoal sandbox create --provider=p -- sb1 sh -c --x"},
@@ -69,7 +69,7 @@ func TestParseKV(t *testing.T) {
 func FuzzReorder(f *testing.F) {
 	f.Add("shoal sandbox create sb --wait -- a b")
 	f.Add("shoal -o json provider delete --wait=true x")
-	root := (&app{}).tree()
+	root := (&app{}).tree(shoalSpec())
 	f.Fuzz(func(t *testing.T, s string) {
 		in := strings.Fields(s)
 		out := Reorder(root, in)

@@ -6,4 +6,9 @@
 // parses them (args.go). Output formatting lives in one place (output.go),
 // and so does the mapping from gRPC codes to exit codes and hints
 // (errors.go).
+//
+// The lab's commands (chaos, soak, fleet bench) are not in `shoal`: they
+// are shoal-lab (package lab), which runs on these same conventions
+// through RunTool (tool.go), so that the product binary links none of the
+// lab's packages. `shoal chaos` and `shoal bench` say where they went.
 package cli

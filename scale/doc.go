@@ -1,4 +1,4 @@
-// Package scale is the fleet-scale benchmark behind `shoal bench cluster`,
+// Package scale is the fleet-scale benchmark behind `shoal-lab bench cluster`,
 // in the spirit of kubemark: a real etcd (embedded in this process), real
 // nodes as child processes of the shoal binary (the API and the leader),
 // and many hollow nodes (`shoal node start --runtime hollow`, package

@@ -33,7 +33,9 @@ import (
 
 // Config of a scale run. DefaultConfig fills it; Validate checks it.
 type Config struct {
-	// Binary is the shoal executable the nodes run.
+	// Binary is the shoal executable the nodes run. DefaultConfig leaves
+	// it empty (the running program is shoal-lab or a test, never shoal);
+	// shoal-lab sets it (--shoal-binary, else shoal beside it or on PATH).
 	Binary string
 	// RealNodes run the Docker runtime and serve the API the clients use;
 	// one of them leads. HollowNodes carry the sandboxes.
@@ -64,8 +66,7 @@ type Config struct {
 // and the run ends (6 of 7 runs, docs/benchmarks.md); the loss targets are
 // relative to the TTL.
 func DefaultConfig() Config {
-	bin, _ := os.Executable()
-	return Config{Binary: bin, RealNodes: 3, HollowNodes: 100, SandboxesPerNode: 100, Clients: 64,
+	return Config{RealNodes: 3, HollowNodes: 100, SandboxesPerNode: 100, Clients: 64,
 		Growth: []int{1000, 10000, 50000}, NodeTTL: 5 * time.Second, LeaseTTL: 5 * time.Second,
 		HollowLatency: 5 * time.Millisecond, ReportDir: "scale-report"}
 }
@@ -74,7 +75,7 @@ func DefaultConfig() Config {
 func (c *Config) Validate() error {
 	switch {
 	case c.Binary == "":
-		return errors.New("no shoal binary to start nodes with")
+		return errors.New("no shoal binary to start nodes with (Binary; shoal-lab: --shoal-binary)")
 	case c.RealNodes < 2 || c.RealNodes > 7:
 		return fmt.Errorf("--real-nodes: %d is out of range 2-7 (the leader is killed, another must take over)", c.RealNodes)
 	case c.HollowNodes < 2 || c.HollowNodes > 1000:

@@ -1,6 +1,6 @@
 // Package hosts runs a cluster of shoal nodes as separate hosts on one
 // machine, and injects the host-level faults of the cluster chaos suite:
-// it is the system under test that `shoal chaos run --cluster N` drives.
+// it is the system under test that `shoal-lab chaos run --cluster N` drives.
 // It owns the hosts and their faults; traffic, scenarios and checkers are
 // the chaos runner's.
 //

@@ -9,42 +9,70 @@ import (
 	"testing"
 )
 
+// builds are the binaries built once per test process, by package path.
 var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
+	buildMu sync.Mutex
+	builds  = map[string]*build{}
 )
+
+type build struct {
+	once sync.Once
+	bin  string
+	err  error
+}
 
 // Binary returns the path of the shoal binary: $SHOAL_BIN (set by
 // `make test`), or one built once per test process (static, as `make
 // build` builds it).
 func Binary(t testing.TB) string {
 	t.Helper()
-	if b := os.Getenv("SHOAL_BIN"); b != "" {
+	return builtBinary(t, "SHOAL_BIN", "shoal")
+}
+
+// LabBinary returns the path of the shoal-lab binary (package lab):
+// $SHOAL_LAB_BIN (set by `make test`), or one built once per test process,
+// as Binary does. Its commands start the shoal binary: a test gives
+// Binary's with --shoal-binary unless it tests where shoal-lab finds it.
+func LabBinary(t testing.TB) string {
+	t.Helper()
+	return builtBinary(t, "SHOAL_LAB_BIN", "shoal-lab")
+}
+
+// builtBinary is $env, or ./cmd/name built once.
+func builtBinary(t testing.TB, env, name string) string {
+	t.Helper()
+	if b := os.Getenv(env); b != "" {
 		return b
 	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "shoal-bin-")
+	buildMu.Lock()
+	b, ok := builds[name]
+	if !ok {
+		b = &build{}
+		builds[name] = b
+	}
+	buildMu.Unlock()
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", name+"-bin-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
-		builtBin = filepath.Join(dir, "shoal")
-		cmd := exec.Command("go", "build", "-o", builtBin, "./cmd/shoal")
+		b.bin = filepath.Join(dir, name)
+		cmd := exec.Command("go", "build", "-o", b.bin, "./cmd/"+name)
 		cmd.Dir = root
-		// Static, as `make build` makes it: chaos/hosts runs it in
+		// Static, as `make build` makes it: chaos/hosts runs shoal in
 		// containers built FROM scratch.
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = &buildError{err, string(out)}
+			b.err = &buildError{err, string(out)}
 		}
 	})
-	if buildErr != nil {
-		t.Fatalf("build shoal: %v", buildErr)
+	if b.err != nil {
+		t.Fatalf("build %s: %v (set %s to a built one)", name, b.err, env)
 	}
-	return builtBin
+	return b.bin
 }
 
 type buildError struct {

@@ -5,7 +5,8 @@
 //   - RequireDocker: the system Docker engine and the sandbox image, or a
 //     skip (a failure with SHOAL_REQUIRE_DOCKER=1).
 //   - StartNode: an in-process node on its own embedded etcd (node.go).
-//   - Binary: the shoal binary, $SHOAL_BIN or built once (binary.go).
+//   - Binary: the shoal binary, $SHOAL_BIN or built once (binary.go);
+//     LabBinary: the shoal-lab binary, $SHOAL_LAB_BIN or built once.
 //   - StartEngines: a private Docker engine per name (engine.go, on
 //     package internal/engine).
 //   - StartCluster: a multi-host cluster in one machine (cluster.go).

@@ -1,4 +1,4 @@
-package cli
+package lab
 
 import (
 	"fmt"
@@ -7,10 +7,11 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	shoalcli "shoal/cli"
 	"shoal/scale"
 )
 
-func (a *app) benchCmd() *cli.Command {
+func benchCmd(t *shoalcli.Tool) *cli.Command {
 	def := scale.DefaultConfig()
 	growth := make([]string, len(def.Growth))
 	for i, g := range def.Growth {
@@ -24,7 +25,7 @@ func (a *app) benchCmd() *cli.Command {
 			Usage: "a fleet of hollow nodes on one etcd: create cost, list cost and memory as the records grow, node loss and leader loss",
 			Description: `Starts a real etcd (in this process), --real-nodes real nodes and --hollow-nodes
 hollow nodes (shoal node start --runtime hollow: containers simulated in memory),
-each a process of its own, all on this machine. Creates --sandboxes-per-node
+each a process of the shoal binary (--shoal-binary), all on this machine. Creates --sandboxes-per-node
 sandboxes per hollow node through the real nodes with --clients clients, and at
 each --growth record count measures the create p99, the p99 of a paged List of
 everything and the RSS of a real node that does not lead (the one the lists go
@@ -35,7 +36,7 @@ fleet) are measured last, by creating more sandboxes on the live hollow nodes.
 Writes report.json, summary.txt and growth.png to --report. Needs a Docker
 engine for the real nodes.
 
-  shoal bench cluster --hollow-nodes 100 --sandboxes-per-node 100`,
+  shoal-lab bench cluster --hollow-nodes 100 --sandboxes-per-node 100`,
 			Flags: []cli.Flag{
 				&cli.IntFlag{Name: "hollow-nodes", Value: def.HollowNodes, Usage: "`N` hollow nodes"},
 				&cli.IntFlag{Name: "sandboxes-per-node", Value: def.SandboxesPerNode, Usage: "`M` sandboxes per hollow node"},
@@ -47,10 +48,11 @@ engine for the real nodes.
 				&cli.DurationFlag{Name: "hollow-latency", Value: def.HollowLatency, Usage: "`DURATION` of each simulated container change"},
 				&cli.StringFlag{Name: "report", Value: def.ReportDir, Usage: "write the report to `DIR`"},
 				&cli.BoolFlag{Name: "keep-data", Usage: "keep the run's etcd data and node logs"},
+				shoalBinaryFlag(),
 			},
 			Action: func(c *cli.Context) error {
 				if c.NArg() != 0 {
-					return usageError("bench cluster takes no arguments")
+					return shoalcli.UsageError("bench cluster takes no arguments")
 				}
 				cfg := def
 				cfg.HollowNodes, cfg.SandboxesPerNode = c.Int("hollow-nodes"), c.Int("sandboxes-per-node")
@@ -64,22 +66,27 @@ engine for the real nodes.
 					}
 					n, err := strconv.Atoi(f)
 					if err != nil {
-						return usageError("--growth: %q is not a record count", f)
+						return shoalcli.UsageError("--growth: %q is not a record count", f)
 					}
 					cfg.Growth = append(cfg.Growth, n)
 				}
-				cfg.Log = a.stderr
+				cfg.Log = t.Stderr()
+				bin, err := shoalBinary(c.String("shoal-binary"))
+				if err != nil {
+					return err
+				}
+				cfg.Binary = bin
 				if err := cfg.Validate(); err != nil {
-					return usageError("%v", err)
+					return shoalcli.UsageError("%v", err)
 				}
 				rep, err := scale.Run(c.Context, cfg)
 				if rep != nil {
-					rep.WriteSummary(a.stdout)
+					rep.WriteSummary(t.Stdout())
 				}
 				if err != nil {
-					return &exitError{code: ExitError, msg: err.Error()}
+					return shoalcli.Failure("%s", err.Error())
 				}
-				fmt.Fprintf(a.stderr, "report in %s\n", cfg.ReportDir)
+				fmt.Fprintf(t.Stderr(), "report in %s\n", cfg.ReportDir)
 				return nil
 			},
 		}},

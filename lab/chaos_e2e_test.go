@@ -1,4 +1,4 @@
-package cli_test
+package lab_test
 
 import (
 	"encoding/json"
@@ -15,7 +15,7 @@ import (
 // chaos soak's flags through the binary: bad combinations are usage
 // errors naming the flag, before anything is started.
 func TestChaosSoakFlagsThroughBinary(t *testing.T) {
-	bin := testenv.Binary(t)
+	lab, shoal := testenv.LabBinary(t), testenv.Binary(t)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -29,17 +29,14 @@ func TestChaosSoakFlagsThroughBinary(t *testing.T) {
 	} {
 		// SHOAL_ENDPOINT set, as a user of the CLI has it: a soak starts
 		// its own nodes and does not look at it.
-		r := run(t, bin, "127.0.0.1:1", tc.args...).must(t, cli.ExitUsage, strings.Join(tc.args, " "))
-		if !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("%s: stderr lacks %q:\n%s", strings.Join(tc.args, " "), tc.want, r.stderr)
-		}
+		what := strings.Join(tc.args, " ")
+		r := run(t, lab, []string{"SHOAL_ENDPOINT=127.0.0.1:1"}, append(tc.args, "--shoal-binary", shoal)...).must(t, cli.ExitUsage, what)
+		r.stderrHas(t, what, tc.want)
 	}
-	r := run(t, bin, "127.0.0.1:1", "chaos", "soak", "--etcd-endpoints", "http://127.0.0.1:2").must(t, cli.ExitUsage, "soak --etcd-endpoints")
-	if !strings.Contains(r.stderr, "etcd-endpoints") {
-		t.Errorf("soak --etcd-endpoints (a run-only flag): %s", r.stderr)
-	}
-	r = run(t, bin, "", "chaos", "soak", "--help").must(t, 0, "chaos soak --help")
-	for _, want := range []string{"--cluster", "--workers", "--cycle", "shoal chaos soak --cluster 3 --duration 2h"} {
+	r := run(t, lab, []string{"SHOAL_ENDPOINT=127.0.0.1:1"}, "chaos", "soak", "--etcd-endpoints", "http://127.0.0.1:2").must(t, cli.ExitUsage, "soak --etcd-endpoints")
+	r.stderrHas(t, "soak --etcd-endpoints (a run-only flag)", "etcd-endpoints")
+	r = run(t, lab, nil, "chaos", "soak", "--help").must(t, 0, "chaos soak --help")
+	for _, want := range []string{"--cluster", "--workers", "--cycle", "--shoal-binary", "shoal-lab chaos soak --cluster 3 --duration 2h"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("chaos soak --help lacks %q:\n%s", want, r.stdout)
 		}
@@ -47,9 +44,9 @@ func TestChaosSoakFlagsThroughBinary(t *testing.T) {
 }
 
 // bench cluster through the binary: bad flags are usage errors naming the
-// flag; a tiny fleet runs end to end and writes its report and plot.
-func TestBenchClusterThroughBinary(t *testing.T) {
-	bin := testenv.Binary(t)
+// flag, before anything is started.
+func TestBenchClusterFlagsThroughBinary(t *testing.T) {
+	lab, shoal := testenv.LabBinary(t), testenv.Binary(t)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -61,17 +58,24 @@ func TestBenchClusterThroughBinary(t *testing.T) {
 		{[]string{"bench", "cluster", "--hollow-latency", "-1s"}, "--hollow-latency"},
 		{[]string{"bench", "cluster", "--growth", "1000,0"}, "--growth: 0 is not a record count"},
 		{[]string{"bench", "cluster", "--growth", "300000"}, "--growth: 300000 is above"},
-		{[]string{"node", "start", "--hollow-latency", "10ms"}, "only with --runtime hollow"},
 		{[]string{"bench", "cluster", "extra"}, "takes no arguments"},
 	} {
-		r := run(t, bin, "", tc.args...).must(t, cli.ExitUsage, strings.Join(tc.args, " "))
-		if !strings.Contains(r.stderr, tc.want) {
-			t.Errorf("%s: stderr lacks %q:\n%s", strings.Join(tc.args, " "), tc.want, r.stderr)
-		}
+		what := strings.Join(tc.args, " ")
+		r := run(t, lab, nil, append(tc.args, "--shoal-binary", shoal)...).must(t, cli.ExitUsage, what)
+		r.stderrHas(t, what, tc.want)
 	}
+	// The fleet's hollow nodes are `shoal node start --runtime hollow`.
+	r := run(t, shoal, nil, "node", "start", "--hollow-latency", "10ms").must(t, cli.ExitUsage, "node start --hollow-latency")
+	r.stderrHas(t, "node start --hollow-latency", "only with --runtime hollow")
+}
+
+// A tiny fleet runs end to end through shoal-lab and writes its report and
+// plot.
+func TestBenchClusterTinyFleetThroughBinary(t *testing.T) {
+	lab, shoal := testenv.LabBinary(t), testenv.Binary(t)
 	testenv.RequireDocker(t) // the real nodes run the Docker runtime
 	dir := t.TempDir()
-	r := run(t, bin, "", "bench", "cluster", "--hollow-nodes", "3", "--sandboxes-per-node", "10", "--real-nodes", "2",
+	r := run(t, lab, nil, "bench", "cluster", "--shoal-binary", shoal, "--hollow-nodes", "3", "--sandboxes-per-node", "10", "--real-nodes", "2",
 		"--clients", "4", "--growth", "10,40", "--node-ttl", "2s", "--lease-ttl", "2s", "--report", dir).must(t, 0, "bench cluster of a tiny fleet")
 	// 40 is past the fleet's 30: measured after the losses, on the live
 	// hollow nodes (the deleted sandbox of the leader's kill no longer counts).

@@ -1,0 +1,53 @@
+package lab_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// labOnly matches the packages only shoal-lab may link: the chaos suite,
+// the fleet bench, and what they bring (porcupine, gonum/plot).
+var labOnly = regexp.MustCompile(`gonum|porcupine|^shoal/chaos(/|$)|^shoal/scale(/|$)`)
+
+// deps lists the packages pkg links.
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	cmd := exec.Command("go", "list", "-deps", pkg)
+	cmd.Dir = filepath.Dir(file)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// The product binary links none of the lab (issue 22): no package in
+// cmd/shoal's dependencies, directly or through another, is one of the
+// lab's. shoal-lab does link them, which shows the pattern matches.
+func TestShoalLinksNoLab(t *testing.T) {
+	var found []string
+	for _, p := range deps(t, "shoal/cmd/shoal") {
+		if labOnly.MatchString(p) {
+			found = append(found, p)
+		}
+	}
+	if len(found) > 0 {
+		t.Errorf("cmd/shoal links lab packages (they belong in shoal-lab): %s", strings.Join(found, " "))
+	}
+	want := map[string]bool{"shoal/chaos": false, "shoal/scale": false, "github.com/anishathalye/porcupine": false, "gonum.org/v1/plot": false}
+	for _, p := range deps(t, "shoal/cmd/shoal-lab") {
+		if _, ok := want[p]; ok {
+			want[p] = true
+		}
+	}
+	for p, ok := range want {
+		if !ok {
+			t.Errorf("cmd/shoal-lab does not link %s", p)
+		}
+	}
+}
