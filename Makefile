@@ -1,5 +1,8 @@
 GO        ?= go
 BIN       ?= bin/shoal
+# The lab (chaos, soak, fleet bench; package lab) is a binary of its own:
+# shoal links none of it. Its nodes run $(BIN).
+LAB_BIN   ?= bin/shoal-lab
 IMAGE     ?= shoal/sandbox:dev
 NODE_IMAGE ?= shoal/node:dev
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
@@ -9,9 +12,10 @@ STATICCHECK_VERSION        := v0.8.2
 
 .PHONY: build run test bench image node-image cluster cluster-down proto lint chaos chaos-cluster soak soak-cluster bench-scale clean
 
-# Static (no cgo): the chaos hosts run the binary in FROM-scratch containers.
+# Static (no cgo): the chaos hosts run $(BIN) in FROM-scratch containers.
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/shoal
+	CGO_ENABLED=0 $(GO) build -o $(LAB_BIN) ./cmd/shoal-lab
 
 run: build image
 	$(BIN) node start
@@ -21,7 +25,7 @@ run: build image
 test: build image node-image
 	@command -v docker-compose >/dev/null || ./deploy/apt-install.sh docker-compose || \
 		echo "make: without docker-compose the compose cluster test (deploy/compose) skips"
-	SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -race -count=1 -timeout 30m ./...
+	SHOAL_BIN=$(CURDIR)/$(BIN) SHOAL_LAB_BIN=$(CURDIR)/$(LAB_BIN) $(GO) test -race -count=1 -timeout 30m ./...
 
 bench: build image
 	( $(GO) test -run '^$$' -bench UpdateLoopVsRaw -benchtime 3000x -count 3 ./bench/ && \
@@ -34,22 +38,22 @@ bench: build image
 
 # The fleet-scale run (docs/benchmarks.md): 3 real and 100 hollow nodes.
 bench-scale: build image
-	$(BIN) bench cluster --hollow-nodes 100 --sandboxes-per-node 100 --report reports/scale
+	$(LAB_BIN) bench cluster --shoal-binary $(abspath $(BIN)) --hollow-nodes 100 --sandboxes-per-node 100 --report reports/scale
 
 # The chaos suite (docs/chaos.md). CHAOS_DURATION and SOAK_DURATION override.
 CHAOS_DURATION ?= 5m
 SOAK_DURATION  ?= 2h
 chaos: build image
-	$(BIN) chaos run --scenario all --duration $(CHAOS_DURATION) --report reports/chaos
+	$(LAB_BIN) chaos run --shoal-binary $(abspath $(BIN)) --scenario all --duration $(CHAOS_DURATION) --report reports/chaos
 
 chaos-cluster: build image
-	$(BIN) chaos run --cluster 3 --workers 1 --scenario all --duration $(CHAOS_DURATION) --report reports/chaos-cluster
+	$(LAB_BIN) chaos run --shoal-binary $(abspath $(BIN)) --cluster 3 --workers 1 --scenario all --duration $(CHAOS_DURATION) --report reports/chaos-cluster
 
 soak: build image
-	$(BIN) chaos soak --duration $(SOAK_DURATION) --report reports/soak
+	$(LAB_BIN) chaos soak --shoal-binary $(abspath $(BIN)) --duration $(SOAK_DURATION) --report reports/soak
 
 soak-cluster: build image
-	$(BIN) chaos soak --cluster 3 --duration $(SOAK_DURATION) --report reports/soak-cluster
+	$(LAB_BIN) chaos soak --shoal-binary $(abspath $(BIN)) --cluster 3 --duration $(SOAK_DURATION) --report reports/soak-cluster
 
 image:
 	./deploy/image/build.sh $(IMAGE)
