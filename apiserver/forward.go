@@ -147,8 +147,7 @@ type forwarded[M any] interface {
 // until it ends. The owner's status is passed on as it sent it; a stream
 // that broke without one (no answeredBy trailer) is reported as the
 // owner's going away, by name: the caller reached this node, and would
-// otherwise take this node for the one that failed.
-// self is this node's id.
+// otherwise take this node (self) for the one that failed.
 func relay[M any](o *ownerCall, self, what string, recv forwarded[M], send func(M) error) error {
 	for {
 		m, err := recv.Recv()
