@@ -143,7 +143,7 @@ type forwarded[M any] interface {
 	Trailer() metadata.MD
 }
 
-// relay copies a forwarded stream (what: "exec", "logs") to the caller's
+// relay copies a forwarded stream (what: "exec", "log stream") to the caller's
 // until it ends. The owner's status is passed on as it sent it; a stream
 // that broke without one (no answeredBy trailer) is reported as the
 // owner's going away, by name: the caller reached this node, and would

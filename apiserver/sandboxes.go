@@ -460,7 +460,7 @@ func (s *Server) Logs(req *shoalv1.LogsRequest, stream shoalv1.Shoal_LogsServer)
 		if err != nil {
 			return err
 		}
-		return relay(remote, s.cfg.Node, "logs", fwd, stream.Send)
+		return relay(remote, s.cfg.Node, "log stream", fwd, stream.Send)
 	}
 	send := func(c *shoalv1.LogsChunk) error { return stream.Send(c) }
 	return s.cfg.Runtime.Logs(ctx, id, req.Follow, int(req.TailLines),
