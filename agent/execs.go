@@ -62,8 +62,8 @@ func (a *Agent) sweepExecs(ctx context.Context) {
 func (a *Agent) sweepOnce(ctx context.Context, pending map[string]shoal.Container) map[string]shoal.Container {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
 	defer cancel()
-	if held, _ := a.cfg.Lease.State(); !held {
-		return pending
+	if held, _ := a.cfg.Lease.State(); !held || a.engineIsDown() {
+		return pending // nothing is asked of an engine that does not answer (engine.go)
 	}
 	if pending == nil {
 		cs, err := a.cfg.Runtime.List(ctx)
@@ -79,7 +79,7 @@ func (a *Agent) sweepOnce(ctx context.Context, pending map[string]shoal.Containe
 		}
 	}
 	for id, c := range pending {
-		if held, _ := a.cfg.Lease.State(); !held || ctx.Err() != nil {
+		if held, _ := a.cfg.Lease.State(); !held || ctx.Err() != nil || a.engineIsDown() {
 			return pending
 		}
 		reaped, err := a.cfg.Runtime.ReapExecs(ctx, id)
