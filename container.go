@@ -86,3 +86,16 @@ type EngineCapacity struct {
 	NCPU     int
 	MemTotal int64
 }
+
+// ExecEnv is the environment variable that marks a process as started by
+// an exec (its value says which run of the node started it). A container's
+// own environment never carries it.
+const ExecEnv = "SHOAL_EXEC"
+
+// ReapedExec is an exec that a runtime killed because an earlier run of
+// its node started it and it was still running: nobody could see its
+// output any more.
+type ReapedExec struct {
+	PID     int    // in the container's pid namespace
+	Command string // the process's name
+}

@@ -50,6 +50,9 @@ type Error struct {
 	// NotApplied: the server did nothing with the request, so a client
 	// may send the same request to another node (errors.go: ReasonNotApplied).
 	NotApplied bool
+	// OwnerGone, on a KindUnavailable error, names the node that went away
+	// in the middle of a call this node relayed to it (ReasonOwnerGone).
+	OwnerGone string
 }
 
 func (e *Error) Error() string {
@@ -136,6 +139,27 @@ const (
 	ErrorDomain      = "shoal.dev"
 )
 
+// ReasonOwnerGone is the google.rpc.ErrorInfo reason (domain ErrorDomain)
+// of a gRPC status of a stream that a node relayed from a sandbox's owner
+// when the owner went away mid-stream; its metadata's "node" names the
+// owner.
+const ReasonOwnerGone = "OWNER_GONE"
+
+// OwnerGone returns the owner named by a gRPC error of ReasonOwnerGone,
+// or "".
+func OwnerGone(err error) string {
+	st, ok := status.FromError(err)
+	if !ok {
+		return ""
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Reason == ReasonOwnerGone && info.Domain == ErrorDomain {
+			return info.Metadata["node"]
+		}
+	}
+	return ""
+}
+
 // IsNotApplied reports whether a gRPC error says the server did nothing
 // with the request.
 func IsNotApplied(err error) bool {
@@ -207,6 +231,11 @@ func GRPCStatus(err error) error {
 	var e *Error
 	if errors.As(err, &e) && e.NotApplied {
 		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonNotApplied, Domain: ErrorDomain}); derr == nil {
+			st = d
+		}
+	}
+	if e != nil && e.OwnerGone != "" {
+		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonOwnerGone, Domain: ErrorDomain, Metadata: map[string]string{"node": e.OwnerGone}}); derr == nil {
 			st = d
 		}
 	}

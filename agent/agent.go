@@ -46,6 +46,9 @@ type Runtime interface {
 	Remove(ctx context.Context, uid string) error
 	Pause(ctx context.Context, id string) error
 	Unpause(ctx context.Context, id string) error
+	// ReapExecs kills the execs in a container that an earlier run of
+	// this node started and that still run (execs.go).
+	ReapExecs(ctx context.Context, id string) ([]shoal.ReapedExec, error)
 }
 
 // Lease is this node's registration (package registry) as the agent needs
@@ -128,6 +131,9 @@ type Agent struct {
 	gen     uint64          // the registration the containers were last reconciled under
 	paused  map[string]bool // container ids freeze paused
 	retryAt time.Time       // no lease action before this, after one failed
+	// rejoined is closed after the first rejoin (execs.go waits for it).
+	rejoined     chan struct{}
+	rejoinedOnce sync.Once
 
 	engine engineHealth // engine.go
 }
@@ -206,7 +212,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("shoal/agent")
 	}
 	return &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{},
-		paused: map[string]bool{}}, nil
+		paused: map[string]bool{}, rejoined: make(chan struct{})}, nil
 }
 
 // Reaped is the number of orphan containers removed so far.
@@ -305,6 +311,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		a.watchEngine(ctx, q)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		a.sweepExecs(ctx)
 	}()
 	for {
 		select {
@@ -649,6 +660,9 @@ func (a *Agent) environment(ctx context.Context, sb *shoalv1.Sandbox) (env, secr
 			secrets = append(secrets, v)
 		}
 	}
+	// The mark of an exec is the runtime's alone: a container that
+	// carried it would pass it to every exec run by hand (docker exec).
+	delete(vars, shoal.ExecEnv)
 	vars["SHOAL_SANDBOX"] = sb.Meta.Name
 	vars["SHOAL_WORKSPACE"] = sb.Meta.Workspace
 	env = make([]string, 0, len(vars))

@@ -13,6 +13,10 @@
 //   - orphan reaping: a container labelled as this node's and this
 //     cluster's, whose record is gone, is removed once it has been seen
 //     orphaned for a grace period.
+//   - exec reaping (execs.go): after a start, once the node holds its
+//     lease, the execs an earlier run of the node left running in its
+//     containers (it died mid-exec; nobody is attached any more) are
+//     killed, and logged.
 //
 // Status messages are bounded (MaxMessageBytes). A sandbox watch or event
 // stream that breaks is reopened after a doubling delay, never in a tight

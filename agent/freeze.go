@@ -81,6 +81,7 @@ func (a *Agent) checkLease(ctx context.Context, q *workqueue.Queue[item]) {
 		}
 		a.frozen, a.gen = false, gen
 		a.retryAt = time.Time{}
+		a.rejoinedOnce.Do(func() { close(a.rejoined) })
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -29,6 +31,12 @@ import (
 // forwardedBy marks a forwarded call with the forwarding node's id: the
 // owner serves it locally or refuses it, never forwards it again.
 const forwardedBy = "shoal-forwarded-by"
+
+// answeredBy is a trailer every node sets on every stream it serves, with
+// its id: a forwarded stream that ends without it got no status from the
+// owner at all, so the owner went away (its process died, its host or the
+// network between went down) before it could answer.
+const answeredBy = "shoal-answered-by"
 
 // peers caches one client connection per peer address.
 type peers struct {
@@ -89,48 +97,69 @@ func (s *Server) forwarder(ctx context.Context) string {
 	return v[0]
 }
 
-// owner returns the client of the node that owns sb, or nil when it is
-// this node.
-func (s *Server) owner(ctx context.Context, sb *shoalv1.Sandbox) (shoalv1.ShoalClient, context.Context, error) {
+// ownerCall is a call to be forwarded to a sandbox's owner.
+type ownerCall struct {
+	node   string // the owner's id
+	client shoalv1.ShoalClient
+	ctx    context.Context // marked as forwarded by this node
+}
+
+// owner returns how to call the node that owns sb, or nil when it is this
+// node.
+func (s *Server) owner(ctx context.Context, sb *shoalv1.Sandbox) (*ownerCall, error) {
 	node := store.NodeOf(sb)
 	if node == "" || node == s.cfg.Node {
-		return nil, ctx, nil
+		return nil, nil
 	}
 	name := sb.GetMeta().GetName()
 	if by := s.forwarder(ctx); by != "" {
-		return nil, nil, shoal.FailedPrecondition("sandbox %q belongs to node %q, and node %q was asked for it by node %q: their registry entries disagree",
+		return nil, shoal.FailedPrecondition("sandbox %q belongs to node %q, and node %q was asked for it by node %q: their registry entries disagree",
 			name, node, s.cfg.Node, by)
 	}
 	n, err := s.cfg.Store.GetNode(ctx, node)
 	if shoal.KindOf(err) == shoal.KindNotFound {
-		return nil, nil, shoal.Unavailable("sandbox %q belongs to node %q, which is not in the node registry", name, node)
+		return nil, shoal.Unavailable("sandbox %q belongs to node %q, which is not in the node registry", name, node)
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if !n.GetStatus().GetReady() {
 		seen := "its liveness lease expired"
 		if t := n.GetStatus().GetLastSeen(); t != nil {
 			seen = fmt.Sprintf("last seen %s ago", time.Since(t.AsTime()).Round(time.Second))
 		}
-		return nil, nil, shoal.Unavailable("sandbox %q runs on node %q, which is NotReady (%s); try again when it is back", name, node, seen)
+		return nil, shoal.Unavailable("sandbox %q runs on node %q, which is NotReady (%s); try again when it is back", name, node, seen)
 	}
 	c, err := s.peers.client(n.Address)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return c, metadata.AppendToOutgoingContext(ctx, forwardedBy, s.cfg.Node), nil
+	return &ownerCall{node: node, client: c, ctx: metadata.AppendToOutgoingContext(ctx, forwardedBy, s.cfg.Node)}, nil
 }
 
-// relay copies a forwarded stream to the caller's until it ends.
-func relay[M any](recv func() (M, error), send func(M) error) error {
+// forwarded is a stream forwarded to an owner, as relay reads it.
+type forwarded[M any] interface {
+	Recv() (M, error)
+	Trailer() metadata.MD
+}
+
+// relay copies a forwarded stream (what: "exec", "log stream") to the caller's
+// until it ends. The owner's status is passed on as it sent it; a stream
+// that broke without one (no answeredBy trailer) is reported as the
+// owner's going away, by name: the caller reached this node, and would
+// otherwise take this node (self) for the one that failed.
+func relay[M any](o *ownerCall, self, what string, recv forwarded[M], send func(M) error) error {
 	for {
-		m, err := recv()
+		m, err := recv.Recv()
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			return err // the owner's status, as it sent it
+			if o.ctx.Err() == nil && status.Code(err) == codes.Unavailable && len(recv.Trailer().Get(answeredBy)) == 0 {
+				return &shoal.Error{Kind: shoal.KindUnavailable, OwnerGone: o.node,
+					Msg: fmt.Sprintf("owner node %s went away during the %s (served by node %s): %s", o.node, what, self, status.Convert(err).Message())}
+			}
+			return err
 		}
 		if err := send(m); err != nil {
 			return err

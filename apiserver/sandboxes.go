@@ -320,18 +320,18 @@ func (s *Server) WatchSandboxes(req *shoalv1.WatchSandboxesRequest, stream shoal
 // runningContainer is the container of a sandbox for exec (running: only a
 // READY sandbox's process can run more) or logs (any container).
 // container finds the container of a sandbox: on this node (its id), or on
-// another node (a client of that node, and the context to call it with).
-func (s *Server) container(ctx context.Context, w, name string, running bool) (string, shoalv1.ShoalClient, context.Context, error) {
+// another node (how to call that node).
+func (s *Server) container(ctx context.Context, w, name string, running bool) (string, *ownerCall, error) {
 	sb, err := s.cfg.Store.GetSandbox(ctx, ws(w), name)
 	if err != nil {
-		return "", nil, nil, err
+		return "", nil, err
 	}
-	remote, rctx, err := s.owner(ctx, sb)
+	remote, err := s.owner(ctx, sb)
 	if err != nil || remote != nil {
-		return "", remote, rctx, err
+		return "", remote, err
 	}
 	id, err := s.runningContainer(sb, running)
-	return id, nil, ctx, err
+	return id, nil, err
 }
 
 func (s *Server) runningContainer(sb *shoalv1.Sandbox, running bool) (string, error) {
@@ -371,7 +371,7 @@ func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer)
 		return err
 	}
 	ctx := stream.Context()
-	id, remote, rctx, err := s.container(ctx, req.Workspace, req.Name, true)
+	id, remote, err := s.container(ctx, req.Workspace, req.Name, true)
 	if err != nil {
 		return err
 	}
@@ -381,13 +381,15 @@ func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer)
 	}
 	defer release()
 	if remote != nil {
-		// Cancelling rctx (the caller went away) ends the owner's call,
-		// and the owner kills the command.
-		fwd, err := remote.Exec(rctx, req)
+		// Cancelling the call's context (the caller went away) ends the
+		// owner's call, and the owner kills the command. An owner that
+		// dies kills nothing; it reaps the exec when it is back
+		// (agent/execs.go).
+		fwd, err := remote.client.Exec(remote.ctx, req)
 		if err != nil {
 			return err
 		}
-		return relay(fwd.Recv, stream.Send)
+		return relay(remote, s.cfg.Node, "exec", fwd, stream.Send)
 	}
 	// The output has no total cap: it streams in chunks of at most
 	// MaxChunk as it is produced, and gRPC flow control holds the command
@@ -440,7 +442,7 @@ func (s *Server) Logs(req *shoalv1.LogsRequest, stream shoalv1.Shoal_LogsServer)
 		return err
 	}
 	ctx := stream.Context()
-	id, remote, rctx, err := s.container(ctx, req.Workspace, req.Name, false)
+	id, remote, err := s.container(ctx, req.Workspace, req.Name, false)
 	if err != nil {
 		return err
 	}
@@ -454,11 +456,11 @@ func (s *Server) Logs(req *shoalv1.LogsRequest, stream shoalv1.Shoal_LogsServer)
 		defer release()
 	}
 	if remote != nil {
-		fwd, err := remote.Logs(rctx, req)
+		fwd, err := remote.client.Logs(remote.ctx, req)
 		if err != nil {
 			return err
 		}
-		return relay(fwd.Recv, stream.Send)
+		return relay(remote, s.cfg.Node, "log stream", fwd, stream.Send)
 	}
 	send := func(c *shoalv1.LogsChunk) error { return stream.Send(c) }
 	return s.cfg.Runtime.Logs(ctx, id, req.Follow, int(req.TailLines),

@@ -186,6 +186,9 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	// holds GracefulStop: a watch or a follow would run until its client
 	// left, and an exec until its command ended.
 	ctx, cancel := s.bindShutdown(sctx)
+	// Whatever status this stream ends with, it is this node's answer: a
+	// node relaying it can tell it from a connection that broke (relay).
+	ss.SetTrailer(metadata.Pairs(answeredBy, s.cfg.Node))
 	first := &firstMessage{ServerStream: ss}
 	reqID := ""
 	if audited(info.FullMethod) {

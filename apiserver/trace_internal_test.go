@@ -21,6 +21,7 @@ type testStream struct {
 
 func (s testStream) Context() context.Context    { return s.ctx }
 func (s testStream) SetHeader(metadata.MD) error { return nil }
+func (s testStream) SetTrailer(metadata.MD)      {}
 
 // A stream handler runs under the call's span: what it starts (a
 // forwarded exec's client span, a store update) is a child of the call,

@@ -80,6 +80,12 @@ func (a *app) classify(err error) *exitError {
 	case codes.FailedPrecondition, codes.Aborted:
 		return &exitError{ExitPrecondition, msg, "the object's current state forbids this; `get` it to see that state, then retry"}
 	case codes.Unavailable:
+		if owner := shoal.OwnerGone(err); owner != "" {
+			// The node dialed answered; the sandbox's owner, which it
+			// relayed to, is what went away.
+			return &exitError{ExitUnavailable, "unavailable: " + msg,
+				fmt.Sprintf("node %s runs the sandbox; `shoal node get %s` shows when it is Ready again. A command that was running there is ended when that node is back: run it again then", owner, owner)}
+		}
 		if shoal.IsNotApplied(err) {
 			return &exitError{ExitUnavailable, fmt.Sprintf("shoal at %s refused: %s", a.endpoint, msg),
 				"list more nodes of the cluster in --endpoint (comma-separated): a call moves on to the next"}

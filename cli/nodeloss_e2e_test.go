@@ -1,14 +1,18 @@
 package cli_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/pkg/stdcopy"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/cli"
@@ -230,4 +234,97 @@ func TestNodeDrainAndRemove(t *testing.T) {
 			run(t, bin, front, "sandbox", "get", "left").code == cli.ExitNotFound, nil
 	})
 	run(t, bin, front, "node", "remove", victim).must(t, cli.ExitNotFound, "remove a forgotten node")
+}
+
+// An exec of a sandbox on node 1, asked of node 0 (which relays it), when
+// node 1 is SIGKILLed: the client's error names node 1, the owner that went
+// away, not node 0, which it dialed. Docker runs the exec on with nobody
+// attached; restarted, node 1 kills it and its process group, and logs
+// that it did; the sandbox's own command runs on.
+func TestExecThroughAnotherNodeEndsWithItsOwner(t *testing.T) {
+	c := lossCluster(t)
+	bin := testenv.Binary(t)
+	front, owner := c.Addr(0), c.ID(1)
+	run(t, bin, front, "sandbox", "create", "long", "--node", owner, "--wait").must(t, 0, "create long")
+	id := containerID(t, c, 1, getSandbox(t, bin, front, "long").Meta.Uid)
+
+	done := runAsync(t, bin, front, "sandbox", "exec", "long", "--", "sh", "-c", "sleep 4711 & sleep 4712")
+	testenv.Eventually(t, 30*time.Second, "the exec runs in the owner's container", func() (bool, error) {
+		ps := psIn(t, c, 1, id)
+		return strings.Contains(ps, "sleep 4711") && strings.Contains(ps, "sleep 4712"), fmt.Errorf("ps:\n%s", ps)
+	})
+	c.Kill(1)
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the exec through node 0 did not end within a minute of its owner's kill")
+	}
+	r.must(t, cli.ExitUnavailable, "exec whose owner was killed")
+	want := fmt.Sprintf("owner node %s went away during the exec (served by node %s)", owner, c.ID(0))
+	if !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "shoal node get "+owner) {
+		t.Fatalf("the exec's error does not name the owner that went away; want %q in:\n%s", want, r.stderr)
+	}
+	t.Logf("the client's error:\n%s", r.stderr)
+	// Docker does not end an exec whose caller went away.
+	if ps := psIn(t, c, 1, id); !strings.Contains(ps, "sleep 4712") {
+		t.Fatalf("the exec ended with its node, not with its restart; ps:\n%s", ps)
+	}
+
+	c.Restart(1)
+	back := time.Now()
+	testenv.Eventually(t, 30*time.Second, "the restarted owner killed the exec and its process group", func() (bool, error) {
+		ps := psIn(t, c, 1, id)
+		return !strings.Contains(ps, "sleep 4711") && !strings.Contains(ps, "sleep 4712"), fmt.Errorf("ps:\n%s", ps)
+	})
+	t.Logf("owner serving again → exec reaped: %s", time.Since(back).Round(time.Millisecond))
+	if ps := psIn(t, c, 1, id); !strings.Contains(ps, "sleep 3600") || containerOf(t, c, 1, getSandbox(t, bin, front, "long").Meta.Uid) != "running" {
+		t.Fatalf("the sandbox's own command was touched; ps:\n%s", ps)
+	}
+	log, err := os.ReadFile(c.LogPath(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "killed an exec an earlier run of this node left running") {
+		t.Fatalf("the restarted node did not log the exec it killed; log:\n%s", log)
+	}
+	run(t, bin, front, "sandbox", "exec", "long", "--", "true").must(t, 0, "exec through node 0 after the owner is back")
+}
+
+// containerID is the id of the container of a sandbox uid on node i's
+// engine.
+func containerID(t *testing.T, c *testenv.Cluster, i int, uid string) string {
+	t.Helper()
+	cs, err := c.Engine(i).Client.ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", docker.LabelUID+"="+uid))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 1 {
+		t.Fatalf("%d containers of sandbox %s on node %d's engine, want 1", len(cs), uid, i)
+	}
+	return cs[0].ID
+}
+
+// psIn lists the processes of a container, asking node i's engine itself
+// (no shoal node in between).
+func psIn(t *testing.T, c *testenv.Cluster, i int, id string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dc := c.Engine(i).Client
+	ex, err := dc.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: []string{"ps", "-o", "pid,ppid,pgid,args"}, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	att, err := dc.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer att.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, att.Reader); err != nil {
+		t.Fatal(err)
+	}
+	return out.String()
 }

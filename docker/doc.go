@@ -20,6 +20,10 @@
 // Exec runs the command under a tiny sh wrapper that reports the command's
 // pid inside the container; when the caller goes away the runtime kills the
 // command's process group with a second exec (Docker has no exec-kill).
+// Every exec carries SHOAL_EXEC=<token> in its environment, a token made
+// once per Runtime; ReapExecs, run by a restarted node's agent, kills the
+// execs that still run under another token: an earlier run of the node
+// died without ending them.
 // Docker's error text reaches callers, scrubbed of the container's
 // credentials.
 package docker

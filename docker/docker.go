@@ -1,8 +1,11 @@
 package docker
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +17,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
@@ -49,6 +51,10 @@ type Runtime struct {
 	cluster string
 	network string // the sandboxes' network mode
 	log     *slog.Logger
+	// token marks the execs this Runtime starts (ExecEnv), so that a
+	// later Runtime of the same node (the node restarted) can tell them
+	// from its own: see ReapExecs.
+	token string
 
 	capMu sync.Mutex
 	cap   shoal.EngineCapacity
@@ -153,7 +159,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cli.Close()
 		return nil, fmt.Errorf("--sandbox-network: %q is not %s or %s", cfg.Network, NetworkNone, NetworkBridge)
 	}
-	return &Runtime{cli: cli, node: cfg.Node, cluster: cfg.Cluster, network: network, log: cfg.Logger.With("subsystem", "docker")}, nil
+	var tok [8]byte
+	_, _ = rand.Read(tok[:]) // never fails (crypto/rand)
+	return &Runtime{cli: cli, node: cfg.Node, cluster: cfg.Cluster, network: network, log: cfg.Logger.With("subsystem", "docker"),
+		token: hex.EncodeToString(tok[:])}, nil
 }
 
 // iccOption is the bridge driver's switch for traffic between the
@@ -562,6 +571,12 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (shoal.ContainerState,
 // its children too. The sandbox image (busybox) has sh and kill.
 const execWrapper = `echo "$$"; exec -- "$@"`
 
+// ExecEnv is set in the environment of every exec to the token of the
+// Runtime that started it (a random value made once per Runtime, so once
+// per run of a node). The command and whatever it starts inherit it.
+// ReapExecs reads it to find the execs an earlier run left behind.
+const ExecEnv = shoal.ExecEnv
+
 // KillTimeout bounds the kill of an exec whose caller went away.
 const KillTimeout = 10 * time.Second
 
@@ -572,6 +587,7 @@ const KillTimeout = 10 * time.Second
 func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin []byte, stdout, stderr io.Writer) (int, error) {
 	ex, err := r.cli.ContainerExecCreate(ctx, id, container.ExecOptions{
 		Cmd:          append([]string{"/bin/sh", "-c", execWrapper, "shoal-exec"}, cmd...),
+		Env:          []string{ExecEnv + "=" + r.token},
 		AttachStdout: true, AttachStderr: true, AttachStdin: len(stdin) > 0,
 	})
 	if err != nil {
@@ -677,18 +693,167 @@ func (r *Runtime) killExec(ctx context.Context, id, execID string, pw *pidWriter
 		return
 	}
 	pid := strconv.Itoa(pw.pid)
-	k, err := r.cli.ContainerExecCreate(kctx, id, container.ExecOptions{Cmd: []string{"kill", "-9", "-" + pid, pid}, AttachStdout: true, AttachStderr: true})
-	if err == nil {
-		var att types.HijackedResponse
-		if att, err = r.cli.ContainerExecAttach(kctx, k.ID, container.ExecAttachOptions{}); err == nil {
-			// Read to the end: the kill has run then.
-			_, err = io.Copy(io.Discard, att.Reader)
-			att.Close()
-		}
-	}
-	if err != nil {
+	if _, err := r.run(kctx, id, []string{"kill", "-9", "-" + pid, pid}, nil); err != nil {
 		r.log.Warn("kill exec", "container", id[:min(12, len(id))], "pid", pid, "err", err)
 	}
+}
+
+// maxRunOutput bounds what run keeps of a command's output.
+const maxRunOutput = 64 << 10
+
+// ranCommand is the outcome of run.
+type ranCommand struct {
+	stdout, stderr string
+	exitCode       int
+}
+
+// run runs a short command of shoal's own in a container, waits for it to
+// end (its output read to the end) and returns its output and exit code.
+func (r *Runtime) run(ctx context.Context, id string, cmd, env []string) (ranCommand, error) {
+	ex, err := r.cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, Env: env, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
+			return ranCommand{}, shoal.FailedPrecondition("container is not running: %s", daemonText(err))
+		}
+		return ranCommand{}, fmt.Errorf("exec create: %w", err)
+	}
+	att, err := r.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return ranCommand{}, fmt.Errorf("exec attach: %w", err)
+	}
+	var out, errb bytes.Buffer
+	_, err = stdcopy.StdCopy(&limitWriter{w: &out, n: maxRunOutput}, &limitWriter{w: &errb, n: maxRunOutput}, att.Reader)
+	att.Close()
+	if err != nil {
+		return ranCommand{}, fmt.Errorf("exec output: %w", err)
+	}
+	// The output has ended with the process; the exit code may be
+	// recorded a moment later.
+	for {
+		ins, err := r.cli.ContainerExecInspect(ctx, ex.ID)
+		if err != nil {
+			return ranCommand{}, fmt.Errorf("exec inspect: %w", err)
+		}
+		if !ins.Running {
+			return ranCommand{stdout: out.String(), stderr: errb.String(), exitCode: ins.ExitCode}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return ranCommand{}, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// limitWriter keeps the first n bytes written to it and drops the rest.
+type limitWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if keep := min(len(p), l.n); keep > 0 {
+		if _, err := l.w.Write(p[:keep]); err != nil {
+			return 0, err
+		}
+		l.n -= keep
+	}
+	return len(p), nil
+}
+
+// reapScript kills, inside a container, the execs whose ExecEnv is set
+// and is not $1 (the token of the Runtime that runs it), and prints
+// "PID NAME" for each. An exec's own process is the only kind whose
+// parent is outside the container's pid namespace (ppid 0) besides the
+// container's init (pid 1), which is never touched: so the sandbox's own
+// command and everything it starts, and what an exec started and left
+// running when it ended on its own (re-parented inside the container),
+// are never taken for an exec. runc starts an exec's process as the
+// leader of a session of its own; its process group goes at once, then
+// whatever else is in its session (the jobs of an interactive shell).
+// It needs sh, tr and kill (busybox has them).
+const reapScript = `cur=$1 stale=
+command -v tr >/dev/null 2>&1 || { echo "tr: not found" >&2; exit 127; }
+for d in /proc/[0-9]*; do
+	p=${d#/proc/}
+	if [ "$p" = 1 ] || [ "$p" = "$$" ]; then continue; fi
+	read -r st 2>/dev/null <"$d/stat" || continue
+	set -- ${st##*") "}
+	[ "$2" = 0 ] || continue
+	env=$(tr '\0' '\n' 2>/dev/null <"$d/environ") || continue
+	case "
+$env
+" in
+	*"
+` + ExecEnv + `=$cur
+"*) ;;
+	*"
+` + ExecEnv + `="*)
+		kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null || continue
+		comm=${st#*"("}
+		echo "$p ${comm%")"*}"
+		stale="$stale $p " ;;
+	esac
+done
+[ -n "$stale" ] || exit 0
+for d in /proc/[0-9]*; do
+	read -r st 2>/dev/null <"$d/stat" || continue
+	set -- ${st##*") "}
+	case "$stale" in *" $4 "*) kill -9 "${d#/proc/}" 2>/dev/null ;; esac
+done
+exit 0`
+
+// ReapExecs kills the execs in a container that an earlier Runtime (an
+// earlier run of this node: one that died without ending its execs)
+// started and that still run, with their process groups and sessions, and
+// reports them. The execs of this Runtime, execs started by hand (docker
+// exec) and the sandbox's own processes are left alone (reapScript says
+// how they are told apart). Docker runs an exec on when the caller that
+// attached to it goes away, and has no call that ends one.
+//
+// A container that is gone or not running has nothing to reap; one that
+// is paused cannot be looked into (shoal.Unavailable: try again once it
+// runs); an image without sh or tr cannot be (shoal.FailedPrecondition).
+func (r *Runtime) ReapExecs(ctx context.Context, id string) ([]shoal.ReapedExec, error) {
+	short := id[:min(12, len(id))]
+	ci, err := r.cli.ContainerInspect(ctx, id)
+	if cerrdefs.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect container: %w", err)
+	}
+	if ci.ContainerJSONBase == nil || ci.State == nil || !ci.State.Running {
+		return nil, nil
+	}
+	if ci.State.Paused {
+		return nil, shoal.Unavailable("container %s is paused: its execs can be looked at once it runs", short)
+	}
+	// Docker lists an exec here from its creation until its process
+	// exits (20.10 drops it at the exit): none means none runs.
+	if len(ci.ExecIDs) == 0 {
+		return nil, nil
+	}
+	res, err := r.run(ctx, id, []string{"/bin/sh", "-c", reapScript, "shoal-reap", r.token}, []string{ExecEnv + "=" + r.token})
+	if err != nil {
+		return nil, err
+	}
+	var reaped []shoal.ReapedExec
+	sc := bufio.NewScanner(strings.NewReader(res.stdout))
+	for sc.Scan() {
+		pid, name, _ := strings.Cut(sc.Text(), " ")
+		if n, err := strconv.Atoi(pid); err == nil {
+			reaped = append(reaped, shoal.ReapedExec{PID: n, Command: name})
+		}
+	}
+	if res.exitCode != 0 {
+		text := strings.TrimSpace(res.stderr)
+		if res.exitCode == 126 || res.exitCode == 127 {
+			return reaped, shoal.FailedPrecondition("container %s: looking for execs left by an earlier run needs sh and tr in the sandbox's image: %s", short, text)
+		}
+		return reaped, fmt.Errorf("container %s: the exec reaper exited with %d: %s", short, res.exitCode, text)
+	}
+	return reaped, nil
 }
 
 // pidWriter takes the wrapper's pid line off the front of stdout and

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/google/uuid"
 
 	"shoal"
@@ -236,4 +238,115 @@ func (w *signalWriter) Write(p []byte) (int, error) {
 		w.signal = nil
 	}
 	return len(p), nil
+}
+
+// An exec that an earlier Runtime of the node started (the node died and
+// was started again) is killed by ReapExecs with its process group; this
+// Runtime's own exec, an exec started by hand, what a finished exec left
+// running and the sandbox's own command are not.
+func TestReapExecsKillsOnlyAnEarlierRunsExecs(t *testing.T) {
+	dc := testenv.RequireDocker(t)
+	node := nodeID()
+	t.Cleanup(func() { testenv.RemoveNodeContainers(t, node) })
+	earlier, cur := newRuntime(t, node, "rrrr"), newRuntime(t, node, "rrrr")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	id, err := earlier.Run(ctx, spec("reap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cur.ReapExecs(ctx, id); err != nil || len(got) != 0 {
+		t.Fatalf("ReapExecs of a container without execs: %v, %v", got, err)
+	}
+
+	// started runs cmd through r in the background until it ends or the
+	// test does, once it has printed "started".
+	type ended struct {
+		code int
+		err  error
+	}
+	started := func(r *docker.Runtime, cmd string) <-chan ended {
+		t.Helper()
+		ectx, ecancel := context.WithCancel(ctx)
+		t.Cleanup(ecancel)
+		up := make(chan struct{})
+		done := make(chan ended, 1)
+		go func() {
+			code, err := r.Exec(ectx, id, []string{"sh", "-c", cmd}, nil, &signalWriter{on: "started", signal: up}, &strings.Builder{})
+			done <- ended{code, err}
+		}()
+		select {
+		case <-up:
+		case e := <-done:
+			t.Fatalf("exec %q ended early: %d %v", cmd, e.code, e.err)
+		case <-ctx.Done():
+			t.Fatalf("exec %q did not start", cmd)
+		}
+		return done
+	}
+	// The earlier run's exec, with a child in its process group.
+	orphaned := started(earlier, "sleep 4001 & echo started; sleep 4002")
+	// A finished exec of the earlier run that left a process running.
+	if code, err := earlier.Exec(ctx, id, []string{"sh", "-c", "sleep 4003 </dev/null >/dev/null 2>&1 &"}, nil, io.Discard, io.Discard); err != nil || code != 0 {
+		t.Fatalf("exec leaving a background process: %d %v", code, err)
+	}
+	// This run's exec.
+	own := started(cur, "echo started; exec sleep 4004")
+	// An exec started by hand, without shoal.
+	ex, err := dc.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: []string{"sleep", "4005"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dc.ContainerExecStart(ctx, ex.ID, container.ExecStartOptions{Detach: true}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "the hand-started exec runs", func() (bool, error) {
+		return strings.Contains(processes(t, cur, id), "sleep 4005"), nil
+	})
+
+	got, err := cur.ReapExecs(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].PID <= 1 || !strings.Contains("sh sleep", got[0].Command) {
+		t.Fatalf("ReapExecs reaped %+v; want the earlier run's one exec", got)
+	}
+	select {
+	case e := <-orphaned:
+		// Its output ended with its process: killed (SIGKILL).
+		if e.err != nil || e.code != 137 {
+			t.Fatalf("the reaped exec ended with %d %v; want exit code 137", e.code, e.err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the reaped exec's stream did not end")
+	}
+	ps := processes(t, cur, id)
+	for _, gone := range []string{"sleep 4001", "sleep 4002"} {
+		if strings.Contains(ps, gone) {
+			t.Errorf("%q still runs after ReapExecs:\n%s", gone, ps)
+		}
+	}
+	for _, kept := range []string{"sleep 3600", "sleep 4003", "sleep 4004", "sleep 4005"} {
+		if !strings.Contains(ps, kept) {
+			t.Errorf("ReapExecs killed %q, which is not an exec of an earlier run:\n%s", kept, ps)
+		}
+	}
+	select {
+	case e := <-own:
+		t.Fatalf("this run's exec ended: %d %v", e.code, e.err)
+	default:
+	}
+	if got, err := cur.ReapExecs(ctx, id); err != nil || len(got) != 0 {
+		t.Fatalf("a second ReapExecs: %v, %v; want nothing left to reap", got, err)
+	}
+}
+
+// processes lists a container's processes' command lines.
+func processes(t *testing.T, r *docker.Runtime, id string) string {
+	t.Helper()
+	var ps strings.Builder
+	if _, err := r.Exec(context.Background(), id, []string{"ps", "-o", "pid,ppid,args"}, nil, &ps, &ps); err != nil {
+		t.Fatal(err)
+	}
+	return ps.String()
 }

@@ -236,6 +236,10 @@ func (r *Runtime) Unpause(ctx context.Context, id string) error {
 	return r.setPaused(ctx, id, false)
 }
 
+// ReapExecs has nothing to do: a simulated exec ends with the process
+// that serves it.
+func (r *Runtime) ReapExecs(context.Context, string) ([]shoal.ReapedExec, error) { return nil, nil }
+
 func (r *Runtime) setPaused(ctx context.Context, id string, paused bool) error {
 	if err := r.wait(ctx); err != nil {
 		return err
