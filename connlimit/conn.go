@@ -10,9 +10,10 @@ import (
 // conn is an accepted connection, pending until establish.
 type conn struct {
 	net.Conn
-	l     *Listener
-	src   string
-	timer *time.Timer // the handshake deadline; set under l.mu
+	l        *Listener
+	src      string
+	deadline time.Time   // of the handshake
+	timer    *time.Timer // closes c at deadline; set under l.mu
 
 	closeOnce sync.Once
 }
@@ -29,25 +30,22 @@ func (c *conn) establish() {
 
 // expire closes c if it is still pending at its deadline.
 func (c *conn) expire() {
-	l := c.l
-	defer l.timers.Done()
-	l.mu.Lock()
-	_, pending := l.pending[c]
-	if pending {
-		l.stats.TimedOut++
-	}
-	l.mu.Unlock()
-	if pending {
-		c.Close()
-	}
+	defer c.l.timers.Done()
+	c.Close() // a no-op for the accounting if c is past its handshake
 }
 
-// Close closes the connection and ends its accounting.
+// Close closes the connection and ends its accounting. A pending
+// connection closed at or past its deadline timed out, whoever closes it:
+// the listener's timer, or the server at its own deadline (grpc's
+// ConnectionTimeout).
 func (c *conn) Close() error {
 	c.closeOnce.Do(func() {
+		now := time.Now()
 		l := c.l
 		l.mu.Lock()
-		l.leavePending(c)
+		if l.leavePending(c) && !now.Before(c.deadline) {
+			l.stats.TimedOut++
+		}
 		l.open--
 		l.mu.Unlock()
 	})

@@ -182,7 +182,7 @@ func (l *Listener) admit(c net.Conn) *conn {
 		}
 		return nil
 	}
-	lc := &conn{Conn: c, l: l, src: src}
+	lc := &conn{Conn: c, l: l, src: src, deadline: now.Add(l.cfg.HandshakeTimeout)}
 	l.pending[lc] = struct{}{}
 	l.perSource[src]++
 	l.open++
