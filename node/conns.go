@@ -75,7 +75,7 @@ func observeConns(m *metrics.Metrics, l *connlimit.Listener) {
 		})
 	m.CounterFunc("shoal_api_conns_handshake_timeouts_total", "API connections closed still short of their handshake after --handshake-timeout.",
 		func() float64 { return float64(l.Stats().TimedOut) })
-	m.Gauge("shoal_api_listener_saturated", "1 while the API listener's pending connections are at --max-pending-conns (new clients refused).",
+	m.Gauge("shoal_api_listener_saturated", "1 from when the API listener's pending connections reach --max-pending-conns (new clients refused) until they fall to three quarters of it.",
 		func() float64 {
 			if l.Stats().SaturatedSince.IsZero() {
 				return 0
