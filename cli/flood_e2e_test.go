@@ -155,7 +155,7 @@ func TestConnectionFloodThroughBinary(t *testing.T) {
 	}
 	slices.Sort(took)
 	median := took[len(took)/2]
-	ready, readyBody := get(t, "http://"+metricsAddr+"/readyz")
+	ready, readyBody := floodGet(t, "http://"+metricsAddr+"/readyz")
 	stopSampling()
 	<-sampled
 	after, _ := openFiles(pid)
@@ -171,7 +171,7 @@ func TestConnectionFloodThroughBinary(t *testing.T) {
 	if ready != http.StatusOK {
 		t.Errorf("/readyz under a one-address flood: %d %s, want 200", ready, readyBody)
 	}
-	_, exposition := get(t, "http://"+metricsAddr+"/metrics")
+	_, exposition := floodGet(t, "http://"+metricsAddr+"/metrics")
 	m := regexp.MustCompile(`(?m)^shoal_api_conns_refused_total\{reason="source"\} (\S+)$`).FindStringSubmatch(exposition)
 	if m == nil {
 		t.Fatalf("no shoal_api_conns_refused_total{reason=\"source\"} in /metrics")
@@ -187,11 +187,17 @@ func TestConnectionFloodThroughBinary(t *testing.T) {
 	}
 }
 
-// Bad connection-cap flags: exit 2 and the flag named, before anything
-// starts.
+// The connection-cap flags are in `node start --help`; bad values exit 2
+// naming the flag, before anything starts.
 func TestNodeStartBadConnFlagsThroughBinary(t *testing.T) {
 	bin := testenv.Binary(t)
 	cfg := testenv.NodeConfig(t)
+	help := run(t, bin, "", "node", "start", "--help").must(t, 0, "node start --help")
+	for _, flag := range []string{"--max-pending-conns N", "--max-pending-conns-per-source N", "--handshake-timeout DURATION"} {
+		if !strings.Contains(help.stdout, flag) {
+			t.Errorf("node start --help lacks %s:\n%s", flag, help.stdout)
+		}
+	}
 	for _, tc := range [][]string{
 		{"--max-pending-conns", "0"},
 		{"--max-pending-conns-per-source", "-1"},
@@ -352,8 +358,8 @@ func openFiles(pid int) (int, error) {
 	return len(es), err
 }
 
-// get fetches url (2s bound: a node out of files does not answer).
-func get(t *testing.T, url string) (int, string) {
+// floodGet fetches url (2s bound: a node out of files does not answer).
+func floodGet(t *testing.T, url string) (int, string) {
 	t.Helper()
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get(url)
