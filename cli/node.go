@@ -64,6 +64,9 @@ etcd client only.`,
 				&cli.IntFlag{Name: "max-watches", Value: def.MaxWatches, Usage: "serve at most `N` watch streams at once (more: RESOURCE_EXHAUSTED)"},
 				&cli.IntFlag{Name: "max-streams-per-client", Value: def.MaxStreamsPerClient, Usage: "with mutual TLS, serve one client certificate on one host at most `N` open streams (watches, exec, logs) at once; 0: no cap"},
 				&cli.IntFlag{Name: "max-execs", Value: def.MaxExecs, Usage: "serve at most `N` exec and logs --follow streams at once (more: RESOURCE_EXHAUSTED)"},
+				&cli.IntFlag{Name: "max-pending-conns", Value: def.MaxPendingConns, Usage: "hold at most `N` API connections not yet past their handshake (mutual TLS, or in plaintext the HTTP/2 preface); more are closed at once, and /readyz fails while the cap stays reached (lowered to half the open-file limit if above it)"},
+				&cli.IntFlag{Name: "max-pending-conns-per-source", Value: def.MaxPendingConnsPerSource, Usage: "hold at most `N` API connections not yet past their handshake from one address (an IPv6 /64); more are closed at once"},
+				&cli.DurationFlag{Name: "handshake-timeout", Value: def.HandshakeTimeout, Usage: "close an API connection not past its handshake within `DURATION` of being accepted"},
 				&cli.StringFlag{Name: "runtime", Value: def.Runtime, Usage: "`RUNTIME` of the sandboxes: docker, or hollow (containers simulated in memory, for scale tests only; the node is labelled shoal.dev/runtime=hollow)"},
 				&cli.DurationFlag{Name: "hollow-latency", Usage: "with --runtime hollow: `DURATION` each simulated container change and exec takes"},
 				&cli.BoolFlag{Name: "watch-cache", Value: def.WatchCache, Usage: "serve reads and watches from a watch-fed copy of sandboxes and providers (--watch-cache=false: every read from etcd)"},
@@ -129,6 +132,9 @@ etcd client only.`,
 				cfg.EngineGrace = c.Duration("engine-grace")
 				cfg.MaxWatches = c.Int("max-watches")
 				cfg.MaxExecs = c.Int("max-execs")
+				cfg.MaxPendingConns = c.Int("max-pending-conns")
+				cfg.MaxPendingConnsPerSource = c.Int("max-pending-conns-per-source")
+				cfg.HandshakeTimeout = c.Duration("handshake-timeout")
 				cfg.Advertise = c.String("advertise")
 				labels, err := parseKV("--node-label", c.StringSlice("node-label"))
 				if err != nil {

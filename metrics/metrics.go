@@ -159,6 +159,24 @@ func (m *Metrics) Labelled(name, help string, labels []string, f func() map[[2]s
 	m.reg.MustRegister(&labelledGauge{desc: prometheus.NewDesc(name, help, labels, nil), f: f})
 }
 
+// LabelledCounter registers a counter with one label, read at scrape
+// time: f returns each label value's count.
+func (m *Metrics) LabelledCounter(name, help, label string, f func() map[string]float64) {
+	m.reg.MustRegister(&labelledCounter{desc: prometheus.NewDesc(name, help, []string{label}, nil), f: f})
+}
+
+type labelledCounter struct {
+	desc *prometheus.Desc
+	f    func() map[string]float64
+}
+
+func (c *labelledCounter) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *labelledCounter) Collect(ch chan<- prometheus.Metric) {
+	for k, v := range c.f() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, v, k)
+	}
+}
+
 type labelledGauge struct {
 	desc *prometheus.Desc
 	f    func() map[[2]string]float64

@@ -15,6 +15,7 @@ import (
 
 	"shoal/agent"
 	"shoal/apiserver"
+	"shoal/connlimit"
 	"shoal/docker"
 	"shoal/lease"
 	"shoal/pki"
@@ -68,6 +69,15 @@ type Config struct {
 	// MaxStreamsPerClient caps the streams one client certificate holds
 	// open on this node (mutual TLS only); 0: no cap.
 	MaxStreamsPerClient int
+	// MaxPendingConns caps the API's connections accepted and not yet past
+	// their handshake (mutual TLS and the HTTP/2 preface; package
+	// connlimit); MaxPendingConnsPerSource caps those of one address.
+	// Beyond either a connection is closed at once. HandshakeTimeout closes
+	// a connection still pending after it. Run lowers MaxPendingConns to
+	// half the process's open-file limit if it is above.
+	MaxPendingConns          int
+	MaxPendingConnsPerSource int
+	HandshakeTimeout         time.Duration
 	// StartupWindow: see agent.Config.StartupWindow.
 	StartupWindow time.Duration
 	// Advertise is the API address other nodes and clients use to reach
@@ -220,6 +230,11 @@ func DefaultConfig() Config {
 		Runtime:             RuntimeDocker,
 		SandboxLimits:       agent.DefaultLimits(),
 		SandboxNetwork:      docker.NetworkNone,
+
+		// The API's connections before their handshake (connlimit).
+		MaxPendingConns:          connlimit.DefaultMaxPending,
+		MaxPendingConnsPerSource: connlimit.DefaultMaxPendingPerSource,
+		HandshakeTimeout:         connlimit.DefaultHandshakeTimeout,
 	}
 }
 
@@ -372,6 +387,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxExecs <= 0 {
 		return fmt.Errorf("--max-execs: %d; must be positive", c.MaxExecs)
+	}
+	if c.MaxPendingConns <= 0 {
+		return fmt.Errorf("--max-pending-conns: %d; must be positive", c.MaxPendingConns)
+	}
+	if c.MaxPendingConnsPerSource <= 0 {
+		return fmt.Errorf("--max-pending-conns-per-source: %d; must be positive", c.MaxPendingConnsPerSource)
+	}
+	if c.HandshakeTimeout <= 0 {
+		return fmt.Errorf("--handshake-timeout: %s; must be positive", c.HandshakeTimeout)
 	}
 	if c.StartupWindow < 0 {
 		return fmt.Errorf("startup window: must not be negative")

@@ -10,6 +10,11 @@
 // (container.go at the root); this package checks that the Docker runtime
 // satisfies each.
 //
+// The API's listener bounds the connections not yet past their handshake
+// (package connlimit), within the process's open-file limit, which Run
+// raises to its hard limit; /readyz fails while that listener stays
+// saturated (conns.go).
+//
 // Run checks the Docker engine first, then starts etcd (an embedded member
 // joins the cluster at --join first: membership.go), reads the cluster id
 // (container labels carry it), and starts the rest in that order. It stops

@@ -28,6 +28,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiserver"
 	"shoal/audit"
+	"shoal/connlimit"
 	"shoal/coordinator"
 	"shoal/docker"
 	"shoal/embedetcd"
@@ -238,6 +239,17 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Nobody has authenticated a connection before its handshake: those
+	// are bounded (package connlimit), within the files this process may
+	// open.
+	budget, err := fdBudget()
+	if err != nil {
+		n.log.Warn("the open-file limit is not known; the API's pending connections are not bounded by it", "err", err)
+	}
+	apiLis, err := connlimit.Wrap(lis, apiConnLimits(cfg, budget, n.log))
+	if err != nil {
+		return err
+	}
 	ml, err := listen("--metrics-listen", cfg.MetricsListen)
 	if err != nil {
 		return err
@@ -312,7 +324,11 @@ func (n *Node) Run(ctx context.Context) error {
 	stopGuard()
 	// otelgrpc continues a caller's trace (W3C traceparent) into the
 	// server's spans.
-	gs := grpc.NewServer(append(api.ServerOptions(),
+	// The listener's options come after the API's: its Creds replace the
+	// API's with the same credentials, wrapped to mark each connection
+	// past its handshake.
+	opts := append(api.ServerOptions(), apiLis.ServerOptions(n.transport.ServerCreds())...)
+	gs := grpc.NewServer(append(opts,
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(tracing.Propagator))))...)
 	shoalv1.RegisterShoalServer(gs, api)
 	n.mu.Lock()
@@ -327,11 +343,15 @@ func (n *Node) Run(ctx context.Context) error {
 	serving = true // the servers below own (and close) the listeners
 	if m != nil {
 		n.observe(m, st, el, reg, ag)
+		observeConns(m, apiLis)
 		ready := func(ctx context.Context) error {
 			select {
 			case <-n.ready:
 			default:
 				return errors.New("the API is not serving yet")
+			}
+			if err := listenerReady(apiLis, time.Now()); err != nil {
+				return err
 			}
 			if !reg.Held() {
 				return errors.New("this node does not hold its liveness lease")
@@ -375,7 +395,7 @@ func (n *Node) Run(ctx context.Context) error {
 	loops.Go(func() error { return co.Start(lctx) })
 	loops.Go(func() error { return ag.Start(lctx) })
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- gs.Serve(lis) }()
+	go func() { serveErr <- gs.Serve(apiLis) }()
 	n.log.Info("node started", "api", n.addr, "etcd", n.EtcdEndpoint())
 	close(n.ready)
 
