@@ -55,7 +55,7 @@ installation's, 1 any other failure.`,
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "node-id", Value: def.ID, EnvVars: []string{"SHOAL_NODE_ID"}, Usage: "`ID` of this node"},
 				&cli.StringFlag{Name: "listen", Value: def.Listen, Usage: "API `ADDRESS`"},
-				&cli.StringFlag{Name: "data-dir", Value: def.DataDir, EnvVars: []string{"SHOAL_DATA_DIR"}, Usage: "`DIR` for the embedded etcd's data"},
+				&cli.StringFlag{Name: "data-dir", Value: def.DataDir, EnvVars: []string{"SHOAL_DATA_DIR"}, Usage: "`DIR` for the embedded etcd's data and this installation's identity (its instance file, which a worker keeps too)"},
 				&cli.StringSliceFlag{Name: "etcd-endpoints", EnvVars: []string{"SHOAL_ETCD_ENDPOINTS"}, Usage: "external etcd `URLS` (comma-separated); disables the embedded etcd"},
 				&cli.StringFlag{Name: "etcd-listen-client", Value: def.EtcdListenClient, Usage: "embedded etcd client `URL`"},
 				&cli.StringFlag{Name: "etcd-listen-peer", Value: def.EtcdListenPeer, Usage: "embedded etcd peer `URL`"},
@@ -183,7 +183,8 @@ installation's, 1 any other failure.`,
 				cfg.Tracer = tp
 				n, err := node.New(cfg)
 				if err != nil {
-					return usageError("%v", err)
+					// Each names its flag and says what is wrong: one line.
+					return &exitError{code: ExitUsage, msg: err.Error()}
 				}
 				// The banner waits for Ready, or for Run to return
 				// early; either way the goroutine ends before we do.

@@ -43,22 +43,27 @@ func (n *Node) checkPeers(ctx context.Context, flag string, addrs []string) erro
 	wg.Wait()
 	var first *pki.CertError
 	took := false
-	for i, err := range errs {
+	for _, err := range errs {
 		var ce *pki.CertError
 		switch {
 		case err == nil:
 			took = true
-		case errors.As(err, &ce):
-			if first == nil {
-				first = ce
-			}
-			n.log.Warn("a peer refused this node's TLS, or this node its", "flag", flag, "address", addrs[i], "err", ce)
+		case errors.As(err, &ce) && first == nil:
+			first = ce
 		}
 	}
-	if first == nil || took {
+	if first == nil {
 		return nil
 	}
-	return peerErr(flag, first)
+	if !took {
+		return peerErr(flag, first)
+	}
+	for i, err := range errs {
+		if ce := (*pki.CertError)(nil); errors.As(err, &ce) {
+			n.log.Warn("a peer's certificates do not fit this node's; the others' do", "flag", flag, "address", addrs[i], "err", ce)
+		}
+	}
+	return nil
 }
 
 // peerErr is the start's one line about a peer whose certificates do not
