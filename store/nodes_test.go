@@ -10,6 +10,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"shoal"
@@ -509,7 +511,8 @@ func TestRegistrationBelongsToItsInstallation(t *testing.T) {
 	}
 	refused := func(err error, want ...string) {
 		t.Helper()
-		if !errors.Is(err, store.ErrNodeIDTaken) || shoal.KindOf(err) != shoal.KindAlreadyExists || !errors.Is(err, shoal.ErrAlreadyExists) {
+		if !errors.Is(err, store.ErrNodeIDTaken) || shoal.KindOf(err) != shoal.KindAlreadyExists || !errors.Is(err, shoal.ErrAlreadyExists) ||
+			status.Code(shoal.GRPCStatus(err)) != codes.AlreadyExists {
 			t.Fatalf("%v: want ErrNodeIDTaken of kind ALREADY_EXISTS", err)
 		}
 		for _, w := range want {
