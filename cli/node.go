@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/node"
 	"shoal/pki"
+	"shoal/store"
 	"shoal/tracing"
 )
 
@@ -36,11 +38,24 @@ running cluster with --join ADDRESS (any node's API). Listening on 0.0.0.0
 needs --etcd-advertise-client/--etcd-advertise-peer. A node restarted on its
 data dir rejoins as itself with the same flags (the initial-cluster flags are
 ignored then, as etcd does). --etcd-endpoints makes a worker: no member, an
-etcd client only.`,
+etcd client only.
+
+Identity: a node id belongs to one installation, kept in --data-dir (its
+instance file). Restarted on its data dir, a node takes its id back; another
+data dir under the id of a NotReady node is refused until ` + "`shoal node remove ID`" + `
+has removed that node, or taken over with --replace-node (once: the old node's
+sandboxes show ERROR here, their containers stay on the old host). A Ready
+node's id is never taken. With TLS, --tls-cert must name --node-id (its common
+name), and a cluster at --join or --etcd-endpoints whose CA is not --tls-ca's
+fails the start at once.
+
+Exit codes: 2 bad flags (also a certificate that names another node, or a
+cluster whose certificates do not fit this node's), 4 the node id is another
+installation's, 1 any other failure.`,
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "node-id", Value: def.ID, EnvVars: []string{"SHOAL_NODE_ID"}, Usage: "`ID` of this node"},
 				&cli.StringFlag{Name: "listen", Value: def.Listen, Usage: "API `ADDRESS`"},
-				&cli.StringFlag{Name: "data-dir", Value: def.DataDir, EnvVars: []string{"SHOAL_DATA_DIR"}, Usage: "`DIR` for the embedded etcd's data"},
+				&cli.StringFlag{Name: "data-dir", Value: def.DataDir, EnvVars: []string{"SHOAL_DATA_DIR"}, Usage: "`DIR` for the embedded etcd's data and this installation's identity (its instance file, which a worker keeps too)"},
 				&cli.StringSliceFlag{Name: "etcd-endpoints", EnvVars: []string{"SHOAL_ETCD_ENDPOINTS"}, Usage: "external etcd `URLS` (comma-separated); disables the embedded etcd"},
 				&cli.StringFlag{Name: "etcd-listen-client", Value: def.EtcdListenClient, Usage: "embedded etcd client `URL`"},
 				&cli.StringFlag{Name: "etcd-listen-peer", Value: def.EtcdListenPeer, Usage: "embedded etcd peer `URL`"},
@@ -48,6 +63,7 @@ etcd client only.`,
 				&cli.StringFlag{Name: "etcd-advertise-peer", Usage: "peer `URL` other members dial for this member (default: --etcd-listen-peer)"},
 				&cli.StringFlag{Name: "etcd-initial-cluster", Usage: "static bootstrap of embedded members, as etcd's: every voter as `NAME=URL,...`, the same list on each (NAME: node id, URL: peer URL)"},
 				&cli.StringFlag{Name: "etcd-initial-cluster-state", Usage: "`STATE`: new (bootstrap, the default) or existing (a member added to a running cluster), as etcd's"},
+				&cli.BoolFlag{Name: "replace-node", Usage: "take over the id of a NotReady node of another installation (another data dir): the sandboxes placed on it stay on the id and show ERROR (their containers are on the old host, which this node never reaches); without it such a start is refused until `shoal node remove` has removed the old node"},
 				&cli.StringFlag{Name: "join", Usage: "join the cluster of the node at API `ADDRESS` as a new embedded member (a learner, promoted once caught up)"},
 				&cli.StringFlag{Name: "docker-host", EnvVars: []string{"DOCKER_HOST"}, Usage: "Docker engine `ADDRESS` (default: the local socket)"},
 				&cli.StringFlag{Name: "image", Value: def.DefaultImage, Usage: "default sandbox `IMAGE`"},
@@ -123,6 +139,7 @@ etcd client only.`,
 				cfg.EtcdInitialCluster = c.String("etcd-initial-cluster")
 				cfg.EtcdInitialClusterState = c.String("etcd-initial-cluster-state")
 				cfg.Join = c.String("join")
+				cfg.ReplaceNode = c.Bool("replace-node")
 				cfg.DockerHost = c.String("docker-host")
 				cfg.DefaultImage = c.String("image")
 				cfg.Prefix = c.String("prefix")
@@ -172,7 +189,8 @@ etcd client only.`,
 				cfg.Tracer = tp
 				n, err := node.New(cfg)
 				if err != nil {
-					return usageError("%v", err)
+					// Each names its flag and says what is wrong: one line.
+					return &exitError{code: ExitUsage, msg: err.Error()}
 				}
 				// The banner waits for Ready, or for Run to return
 				// early; either way the goroutine ends before we do.
@@ -190,7 +208,7 @@ etcd client only.`,
 				close(runDone)
 				<-bannerDone
 				if err != nil {
-					return &exitError{code: ExitError, msg: err.Error()}
+					return &exitError{code: startExit(err), msg: err.Error()}
 				}
 				return nil
 			},
@@ -356,4 +374,19 @@ itself.`,
 			return nil
 		},
 	}
+}
+
+// startExit is the exit code of a node that failed to start: 4 when its
+// id is another installation's (a live node's, or a NotReady one's without
+// --replace-node), 2 when its certificates do not fit the cluster's (fix
+// the flags), 1 otherwise.
+func startExit(err error) int {
+	var ce *pki.CertError
+	switch {
+	case errors.Is(err, store.ErrNodeIDTaken):
+		return ExitPrecondition
+	case errors.As(err, &ce):
+		return ExitUsage
+	}
+	return ExitError
 }

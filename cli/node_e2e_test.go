@@ -63,11 +63,11 @@ func TestNodeCommandsThroughBinary(t *testing.T) {
 	run(t, bin, ep, "sandbox", "delete", "here", "--wait").must(t, 0, "delete")
 
 	// A second node with the live node's id: one clear line, naming the
-	// holder's address.
+	// holder's address; exit 4 (the id is taken), --replace-node or not.
 	other := testenv.NodeConfig(t)
 	r = runWith(t, bin, ep, runOpts{}, "node", "start", "--node-id", id, "--etcd-endpoints", n.EtcdEndpoint(),
-		"--data-dir", other.DataDir, "--listen", "127.0.0.1:0")
-	if r.code == 0 || !strings.Contains(r.stderr, "held by a live node at "+ep) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 1 {
+		"--data-dir", other.DataDir, "--listen", "127.0.0.1:0", "--replace-node")
+	if r.code != cli.ExitPrecondition || !strings.Contains(r.stderr, "held by a live node at "+ep) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 1 {
 		t.Fatalf("duplicate node id: exit %d\n%s", r.code, r.stderr)
 	}
 }

@@ -45,6 +45,12 @@ type Config struct {
 	// alone. EtcdInitialClusterState is "new" (default) or "existing".
 	EtcdInitialCluster      string
 	EtcdInitialClusterState string
+	// ReplaceNode lets this node take the id of a NotReady node of another
+	// installation (another data dir): without it such a start is refused
+	// (store.ErrNodeIDTaken) until that node is removed. The sandboxes
+	// placed on the old node stay placed on the id: their containers are
+	// on the old host's engine, not this one's, so they show ERROR here.
+	ReplaceNode bool
 	// Join is the API address of a node of a running cluster: this node's
 	// member joins it as a learner and is promoted once caught up.
 	Join string

@@ -16,6 +16,7 @@ import (
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/embedetcd"
+	"shoal/pki"
 )
 
 // The embedded member's place in an etcd cluster. A node's member is
@@ -152,6 +153,9 @@ func (n *Node) addSelf(ctx context.Context, join shoalv1.ClusterClient, ec embed
 		resp, err = join.AddMember(ctx, &shoalv1.AddMemberRequest{Name: n.cfg.ID, PeerUrls: []string{peer}})
 		return err
 	})
+	if ce := (*pki.CertError)(nil); errors.As(err, &ce) {
+		return "", err
+	}
 	if err != nil {
 		return "", fmt.Errorf("--join %s: add this node's etcd member: %s", n.cfg.Join, status.Convert(err).Message())
 	}
@@ -188,6 +192,9 @@ func (n *Node) promoteSelf(ctx context.Context, join shoalv1.ClusterClient, srv 
 		_, err := join.PromoteMember(ctx, &shoalv1.PromoteMemberRequest{Name: n.cfg.ID})
 		return err
 	})
+	if ce := (*pki.CertError)(nil); errors.As(err, &ce) {
+		return err
+	}
 	if err != nil {
 		return fail("promote this node's etcd member", err)
 	}
@@ -203,13 +210,18 @@ func (n *Node) promoteSelf(ctx context.Context, join shoalv1.ClusterClient, srv 
 
 // retryUnavailable calls op until it returns anything but UNAVAILABLE
 // (the node at --join restarting, or etcd refusing for now) or ctx ends,
-// backing off up to 2s. It returns op's last error.
+// backing off up to 2s. It returns op's last error, or, when the node at
+// --join and this one refuse each other's certificates (which gRPC reports
+// as UNAVAILABLE too), at once the error of checkPeers.
 func (n *Node) retryUnavailable(ctx context.Context, op func(context.Context) error) error {
 	delay := 200 * time.Millisecond
 	for {
 		err := op(ctx)
 		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
 			return err
+		}
+		if perr := n.checkPeers(ctx, "--join", []string{n.cfg.Join}); perr != nil {
+			return perr
 		}
 		n.log.Info("--join: not yet; retrying", "err", status.Convert(err).Message(), "in", delay)
 		select {

@@ -100,7 +100,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if tr.Secure() {
-		if err := pki.CheckNode(cfg.TLS.Cert, cfg.advertisedHosts()...); err != nil {
+		if err := pki.CheckNode(cfg.TLS.Cert, cfg.ID, cfg.advertisedHosts()...); err != nil {
 			return nil, err
 		}
 	}
@@ -276,7 +276,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		cfg.Logger.Warn("the engine's capacity is not known; placement will not check it", "err", err)
 	}
-	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Metrics: m, TTL: cfg.NodeTTL, Instance: instance, Logger: cfg.Logger,
+	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Metrics: m, TTL: cfg.NodeTTL, Instance: instance, Replace: cfg.ReplaceNode, Logger: cfg.Logger,
 		Node: &shoalv1.Node{Name: cfg.ID, Address: advertise, Version: cfg.Version, Labels: maps.Clone(cfg.NodeLabels),
 			MaxSandboxes: int32(cfg.MaxSandboxes), StartedAt: timestamppb.Now(),
 			MaxCpuMillis: cfg.SandboxLimits.MaxCPUMillis, MaxMemoryBytes: cfg.SandboxLimits.MaxMemoryBytes, EncryptionKey: keyID(n.keys),
@@ -458,9 +458,23 @@ func (n *Node) etcd(ctx context.Context) (*clientv3.Client, <-chan error, func()
 	if len(cfg.EtcdEndpoints) > 0 {
 		var cli *clientv3.Client
 		err := n.untilReachable(ctx, "dial etcd", func() (err error) {
+			// Another CA's etcd would read as unreachable: say so at
+			// once (an error untilReachable does not retry).
+			if err := n.checkPeers(ctx, "--etcd-endpoints", cfg.EtcdEndpoints); err != nil {
+				return err
+			}
 			cli, err = embedetcd.Dial(cfg.EtcdEndpoints, embedetcd.WithTLS(n.transport.ClientTLS()))
+			if err != nil {
+				// It may have come up since the check, with another CA.
+				if perr := n.checkPeers(ctx, "--etcd-endpoints", cfg.EtcdEndpoints); perr != nil {
+					return perr
+				}
+			}
 			return err
 		})
+		if ce := (*pki.CertError)(nil); errors.As(err, &ce) {
+			return nil, nil, nil, err // names the flag already
+		}
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("--etcd-endpoints: %w", err)
 		}

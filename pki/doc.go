@@ -22,4 +22,9 @@
 // Running init again with the same directory keeps the CA and signs only
 // what is missing, so adding a node later is `shoal certs init --dir DIR
 // --nodes n4`; an existing certificate is replaced only with --force.
+//
+// A node starts only on a node certificate whose CN is its node id
+// (CheckNode). Transport.Probe (probe.go) tells a peer whose certificates
+// do not fit this side's (another CA, a refused certificate) from one that
+// is only unreachable, which gRPC and etcd's client report alike.
 package pki

@@ -93,29 +93,34 @@ func TestInitLayoutAndRoles(t *testing.T) {
 	if err := n1.VerifyHostname(pki.NodeName); err != nil {
 		t.Errorf("n1 is not valid for %s: %v", pki.NodeName, err)
 	}
-	if err := pki.CheckNode(filepath.Join(dir, "n1.crt")); err != nil {
+	if err := pki.CheckNode(filepath.Join(dir, "n1.crt"), "n1"); err != nil {
 		t.Errorf("CheckNode(n1): %v", err)
 	}
 	// ... for the hosts it advertises: its own, never another node's.
 	good := [][2]string{{"--advertise", "10.0.0.1"}, {"--advertise", "n1"}, {"--etcd-advertise-peer", "shared.example"}, {"--etcd-listen-client", "127.0.0.1"}, {"--advertise", ""}}
-	if err := pki.CheckNode(filepath.Join(dir, "n1.crt"), good...); err != nil {
+	if err := pki.CheckNode(filepath.Join(dir, "n1.crt"), "n1", good...); err != nil {
 		t.Errorf("CheckNode(n1, its hosts): %v", err)
 	}
 	for _, h := range []string{"node-two.example", "10.0.0.2", "n2"} {
-		err := pki.CheckNode(filepath.Join(dir, "n1.crt"), [2]string{"--advertise", "n1"}, [2]string{"--etcd-advertise-peer", h})
+		err := pki.CheckNode(filepath.Join(dir, "n1.crt"), "n1", [2]string{"--advertise", "n1"}, [2]string{"--etcd-advertise-peer", h})
 		if err == nil || !strings.Contains(err.Error(), "not valid for "+h+", which --etcd-advertise-peer advertises") || !strings.Contains(err.Error(), "--hosts") {
 			t.Errorf("CheckNode(n1, %s): %v", h, err)
 		}
 	}
+	// ... and only for the node it names (its common name): n2 on n1's
+	// certificate would speak for n1.
+	if err := pki.CheckNode(filepath.Join(dir, "n1.crt"), "n2"); err == nil || !strings.Contains(err.Error(), `names node "n1" but --node-id is "n2"`) {
+		t.Errorf("CheckNode(n1's certificate, node n2): %v", err)
+	}
 	for _, r := range []string{"admin", "operator", "viewer"} {
-		if err := pki.CheckNode(filepath.Join(dir, r+".crt")); err == nil || !strings.Contains(err.Error(), "--tls-cert") {
+		if err := pki.CheckNode(filepath.Join(dir, r+".crt"), r); err == nil || !strings.Contains(err.Error(), "--tls-cert") {
 			t.Errorf("CheckNode(%s): %v", r, err)
 		}
 	}
 	// A node certificate signed elsewhere without the name is refused too.
 	bare := filepath.Join(t.TempDir(), "bare.crt")
 	signNodeWithout(t, dir, bare)
-	if err := pki.CheckNode(bare); err == nil || !strings.Contains(err.Error(), pki.NodeName) {
+	if err := pki.CheckNode(bare, "n9"); err == nil || !strings.Contains(err.Error(), pki.NodeName) {
 		t.Errorf("CheckNode(a node certificate without %s): %v", pki.NodeName, err)
 	}
 

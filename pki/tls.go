@@ -58,11 +58,14 @@ func RoleOf(cert *x509.Certificate) (Role, error) {
 	return "", fmt.Errorf("certificate %q names several roles (%v)", cert.Subject.CommonName, found)
 }
 
-// CheckNode says why the certificate at path cannot be a node's: it must
-// name the node role and be valid for NodeName and for every host the node
-// advertises (hosts: the flag that gives it, then the host name or IP),
-// or the nodes and clients that dial it there refuse it.
-func CheckNode(path string, hosts ...[2]string) error {
+// CheckNode says why the certificate at path cannot be node id's: it must
+// name the node role and the node (its common name, which `shoal certs
+// init` sets to the node id), and be valid for NodeName and for every host
+// the node advertises (hosts: the flag that gives it, then the host name
+// or IP), or the nodes and clients that dial it there refuse it. A node
+// that ran on another node's certificate would speak for that node
+// everywhere a certificate names its holder (the audit log, etcd's peers).
+func CheckNode(path, id string, hosts ...[2]string) error {
 	c, err := readCert(path)
 	if err != nil {
 		return fmt.Errorf("--tls-cert: %w", err)
@@ -73,6 +76,10 @@ func CheckNode(path string, hosts ...[2]string) error {
 	}
 	if role != RoleNode {
 		return fmt.Errorf("--tls-cert %s: a node needs a node certificate (organization %q), this one is %q's", path, RoleNode, role)
+	}
+	if c.Subject.CommonName != id {
+		return fmt.Errorf("--tls-cert %s names node %q but --node-id is %q: give this node its own certificate (`shoal certs init --dir DIR --nodes %s` writes DIR/%s.crt), or the --node-id the certificate names",
+			path, c.Subject.CommonName, id, id, id)
 	}
 	if err := c.VerifyHostname(NodeName); err != nil {
 		return fmt.Errorf("--tls-cert %s: a node certificate must also be valid for %s (etcd admits only such certificates); `shoal certs init --force` issues new ones", path, NodeName)

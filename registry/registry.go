@@ -28,6 +28,11 @@ type Config struct {
 	Node *shoalv1.Node
 	// Instance identifies this node's installation (see store.Registration).
 	Instance string
+	// Replace takes over the id from another installation whose node is
+	// NotReady (store.Registration.Replace), at the first registration
+	// only: one that comes after a lost lease never does, so an
+	// installation that was replaced meanwhile stops.
+	Replace bool
 	// TTL of the liveness lease.
 	TTL    time.Duration
 	Logger *slog.Logger
@@ -104,7 +109,11 @@ func (r *Registry) Register(ctx context.Context) error {
 		_, _ = r.cfg.Etcd.Revoke(rctx, grant.ID)
 		cancel()
 	}
-	if err := r.cfg.Store.RegisterNode(ctx, r.entry(), grant.ID); err != nil {
+	entry := r.entry()
+	r.mu.Lock()
+	entry.Replace = r.cfg.Replace && r.gen == 0
+	r.mu.Unlock()
+	if err := r.cfg.Store.RegisterNode(ctx, entry, grant.ID); err != nil {
 		revoke()
 		return err
 	}
@@ -286,9 +295,10 @@ func (r *Registry) Start(ctx context.Context) error {
 				r.log.Info("node registered again")
 				break
 			}
-			if shoal.KindOf(err) == shoal.KindAlreadyExists {
-				// Another node took the id while this one was cut off:
-				// two nodes must never share it.
+			if errors.Is(err, store.ErrNodeIDTaken) {
+				// Another node took the id while this one was cut off
+				// (live, or replacing this one): two nodes must never
+				// share it.
 				return err
 			}
 			select {

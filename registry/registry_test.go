@@ -2,8 +2,12 @@ package registry_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/chaos/tcpproxy"
@@ -64,5 +68,68 @@ func TestRenewalCountsFromItsSendTime(t *testing.T) {
 		}
 		prev = got
 		renewals++
+	}
+}
+
+// --replace-node applies to a node's first registration only: a node that
+// lost its lease while another installation replaced it is refused when it
+// registers again, and stops (Start returns ErrNodeIDTaken) rather than
+// run beside its replacement under one id.
+func TestReplacedNodeStopsInsteadOfRegisteringAgain(t *testing.T) {
+	c, _ := testenv.Etcd(t)
+	st := store.New(c, store.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, err := registry.New(registry.Config{Store: st, Etcd: c, TTL: time.Second, Instance: "a", Replace: true,
+		Node: &shoalv1.Node{Name: "n1", Address: "a:7443"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Register(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	rctx, stop := context.WithCancel(ctx)
+	go func() { done <- a.Start(rctx) }()
+	defer func() { stop(); <-done }()
+
+	// b replaces a while a is cut off: a's key is gone (its lease not yet),
+	// b takes the id with Replace, then b goes NotReady too.
+	key := store.DefaultPrefix + "/nodes/n1"
+	got, err := c.Get(ctx, key)
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("a's registry key: %v %v", got, err)
+	}
+	aLease := clientv3.LeaseID(got.Kvs[0].Lease)
+	if _, err := c.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	bLease, err := c.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RegisterNode(ctx, store.Registration{Node: &shoalv1.Node{Name: "n1", Address: "b:7443"}, Instance: "b", Replace: true}, bLease.ID); err != nil {
+		t.Fatalf("b replaces a: %v", err)
+	}
+	for _, l := range []clientv3.LeaseID{bLease.ID, aLease} {
+		if _, err := c.Revoke(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		select {
+		case err := <-done:
+			done <- err // for the deferred stop
+			if !errors.Is(err, store.ErrNodeIDTaken) || !strings.Contains(err.Error(), "last at b:7443") {
+				t.Fatalf("a's Start: %v; want ErrNodeIDTaken naming b", err)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatal("a's Start neither stopped nor registered again within a minute")
+		case <-time.After(20 * time.Millisecond): // poll interval
+		}
+		if n, err := st.GetNode(ctx, "n1"); err == nil && n.Status.Ready && n.Address == "a:7443" {
+			t.Fatal("a registered again after it was replaced")
+		}
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -33,16 +34,33 @@ import (
 // that take different slots do not conflict. On a node without capacity
 // the slot is the sandbox's uid. The removal Txn deletes the slot.
 
-// ErrNodeIDTaken is returned by RegisterNode when a live node holds the id.
-var ErrNodeIDTaken = &shoal.Error{Kind: shoal.KindAlreadyExists, Msg: "node id is held by a live node"}
+// ErrNodeIDTaken matches (errors.Is) RegisterNode's refusal of a node id
+// that another installation holds: a live node, or a NotReady node that
+// was not removed (`shoal node remove`) and that the registration does not
+// replace (Registration.Replace). Its kind is ALREADY_EXISTS.
+var ErrNodeIDTaken = errors.New("node id is held by another installation")
+
+// nodeIDTaken is a refusal that matches both ErrNodeIDTaken and its kind.
+type nodeIDTaken struct{ err *shoal.Error }
+
+func (e *nodeIDTaken) Error() string   { return e.err.Error() }
+func (e *nodeIDTaken) Unwrap() []error { return []error{e.err, ErrNodeIDTaken} }
+
+func idTaken(format string, a ...any) error {
+	return &nodeIDTaken{err: &shoal.Error{Kind: shoal.KindAlreadyExists, Msg: fmt.Sprintf(format, a...)}}
+}
 
 // Registration is a node's entry in the registry.
 type Registration struct {
 	Node *shoalv1.Node
 	// Instance identifies one installation of the node (its data dir):
-	// a restarted node may take over its own previous, still-live
-	// registration; another node with the same id may not.
+	// a restarted node may take over its own previous registration, live
+	// or not; another installation with the same id may not.
 	Instance string
+	// Replace lets this installation take over the id of a NotReady node
+	// of another installation (`shoal node start --replace-node`). A live
+	// node's id is never taken over.
+	Replace bool
 }
 
 const instanceLabel = "shoal.dev/instance"
@@ -61,10 +79,18 @@ func (r Registration) value() (*shoalv1.Node, []byte, error) {
 }
 
 // RegisterNode puts the node's registry key on lease and its info key, in
-// one Txn that compares the registry key absent. If a live key exists and
-// carries the same instance, it is this node's previous incarnation (a
-// crash and restart within the TTL): its lease is revoked and the Txn
-// retried. Otherwise ErrNodeIDTaken names the holder's address.
+// one Txn that compares the registry key absent and the info key as read.
+//
+// The info key says which installation the id belongs to. A NotReady
+// node's id is taken only by the same installation (a restart on its data
+// dir), by any once the node was removed (its info key is gone), or with
+// Replace: a new installation under an old id would otherwise inherit the
+// old one's sandboxes, whose containers are on the old host's engine, and
+// show them ERROR while they run on.
+//
+// If a live key exists and carries the same instance, it is this node's
+// previous incarnation (a crash and restart within the TTL): its lease is
+// revoked and the Txn retried. Otherwise ErrNodeIDTaken names the holder.
 func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3.LeaseID) error {
 	n, val, err := r.value()
 	if err != nil {
@@ -85,7 +111,12 @@ func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3
 				return err
 			}
 		}
+		infoRev, replaced, err := s.admitInstance(ctx, n.Name, r)
+		if err != nil {
+			return err
+		}
 		resp, err := s.txn(ctx, "register node", key, []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(info), "=", infoRev),
 			clientv3.Compare(clientv3.ModRevision(s.k.encryption()), "=", encRev)},
 			[]clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(lease)), clientv3.OpPut(info, string(val)),
 				// Back: no longer lost, nor being forgotten (nodeloss.go).
@@ -95,23 +126,67 @@ func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3
 			return err
 		}
 		if resp.Succeeded {
+			if replaced != nil {
+				s.log.Warn("node id taken over from another installation (--replace-node): the sandboxes placed on it show ERROR here, their containers are on that installation's engine",
+					"node", n.Name, "previous_address", replaced.Address, "previous_started", replaced.StartedAt.AsTime())
+			}
 			return nil
 		}
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
-			continue // expired meanwhile, or the encryption record changed
+			continue // expired meanwhile, the info or the encryption record changed
 		}
 		var holder shoalv1.Node
 		_ = proto.Unmarshal(kvs[0].Value, &holder)
 		if holder.Labels[instanceLabel] != r.Instance || attempt > 2 {
-			return &shoal.Error{Kind: shoal.KindAlreadyExists, Msg: fmt.Sprintf(
-				"node id %q is held by a live node at %s (started %s); give this node another --node-id, or stop that one",
-				n.Name, holder.Address, holder.StartedAt.AsTime().Format("2006-01-02 15:04:05Z07:00"))}
+			return idTaken("node id %q is held by a live node at %s (started %s); give this node another --node-id, or stop that one",
+				n.Name, holder.Address, holder.StartedAt.AsTime().Format("2006-01-02 15:04:05Z07:00"))
 		}
 		if _, err := s.c.Revoke(ctx, clientv3.LeaseID(kvs[0].Lease)); err != nil && ctx.Err() != nil {
 			return ctxErr(ctx)
 		}
 	}
+}
+
+// admitInstance reads the id's info key and says whether r may take the
+// id over: it returns the info key's ModRevision (0: absent) for the
+// registration's compare, and the previous registration if r replaces
+// another installation's. A live holder is left to the registration's
+// compare, which names it.
+func (s *Store) admitInstance(ctx context.Context, id string, r Registration) (int64, *shoalv1.Node, error) {
+	resp, err := s.c.Txn(ctx).Then(clientv3.OpGet(s.k.nodeInfo(id)), clientv3.OpGet(s.k.node(id), clientv3.WithKeysOnly()),
+		clientv3.OpGet(s.k.forget(id), clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return 0, nil, etcdErr(ctx, err)
+	}
+	infos := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(infos) == 0 {
+		return 0, nil, nil // new, or removed
+	}
+	rev := infos[0].ModRevision
+	var prev shoalv1.Node
+	if err := proto.Unmarshal(infos[0].Value, &prev); err != nil {
+		// Unreadable: nothing says whose it is; this registration
+		// rewrites it.
+		return rev, nil, nil
+	}
+	was := prev.Labels[instanceLabel]
+	live := len(resp.Responses[1].GetResponseRange().GetKvs()) > 0
+	// A record of a version before instances were recorded belongs to
+	// no one in particular.
+	if was == "" || was == r.Instance || live {
+		return rev, nil, nil
+	}
+	if r.Replace {
+		return rev, &prev, nil
+	}
+	seen := prev.StartedAt.AsTime().Format("2006-01-02 15:04:05Z07:00")
+	if len(resp.Responses[2].GetResponseRange().GetKvs()) > 0 {
+		return 0, nil, idTaken("node id %q belongs to another installation (last at %s, started %s), which `shoal node remove %s` is removing: start this node once %s has left `shoal node list`, or start it with --replace-node",
+			id, prev.Address, seen, id, id)
+	}
+	return 0, nil, idTaken("node id %q belongs to another installation (NotReady, last at %s, started %s) and this --data-dir is new to it: if that node is gone for good, run `shoal node remove %s` first, or start this one with --replace-node (it takes over the sandboxes placed on %s, which show ERROR: their containers are on the old host); if this is that node, start it on its old --data-dir",
+		id, prev.Address, seen, id, id)
 }
 
 // DeregisterNode removes a node's registry key (a graceful stop), leaving

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"shoal"
@@ -470,5 +473,98 @@ func TestPlacementHonoursEngineCapacity(t *testing.T) {
 	}
 	if _, err := s.GetSandbox(ctx, "default", "pinned"); shoal.KindOf(err) != shoal.KindNotFound {
 		t.Fatalf("a refused create left a record: %v", err)
+	}
+}
+
+// A node id belongs to one installation (Registration.Instance). With the
+// node NotReady (its lease revoked), another installation is refused with
+// ErrNodeIDTaken (ALREADY_EXISTS) naming the way out, and nothing is
+// written; the same installation takes its id back; Replace takes it over,
+// after which the replaced installation is refused in turn; while `shoal
+// node remove` is under way the refusal says so, and once the node is
+// forgotten anyone may have the id. A live node's id is refused to another
+// installation, Replace or not.
+func TestRegistrationBelongsToItsInstallation(t *testing.T) {
+	s, c := newStore(t)
+	ctx := ctxT(t)
+	reg := func(instance string, replace bool) (clientv3.LeaseID, error) {
+		t.Helper()
+		l, err := c.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.ID, s.RegisterNode(ctx, store.Registration{Node: &shoalv1.Node{Name: "n1", Address: instance + ":7443"}, Instance: instance, Replace: replace}, l.ID)
+	}
+	down := func(l clientv3.LeaseID) {
+		t.Helper()
+		if _, err := c.Revoke(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	address := func() string {
+		t.Helper()
+		n, err := s.GetNode(ctx, "n1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.Address
+	}
+	refused := func(err error, want ...string) {
+		t.Helper()
+		if !errors.Is(err, store.ErrNodeIDTaken) || shoal.KindOf(err) != shoal.KindAlreadyExists || !errors.Is(err, shoal.ErrAlreadyExists) ||
+			status.Code(shoal.GRPCStatus(err)) != codes.AlreadyExists {
+			t.Fatalf("%v: want ErrNodeIDTaken of kind ALREADY_EXISTS", err)
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Fatalf("%v: want it to say %q", err, w)
+			}
+		}
+	}
+
+	first, err := reg("a", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Live: refused to another installation, even with Replace.
+	_, err = reg("b", true)
+	refused(err, "held by a live node at a:7443")
+	down(first)
+	_, err = reg("b", false)
+	refused(err, `node id "n1" belongs to another installation (NotReady, last at a:7443`, "shoal node remove n1", "--replace-node")
+	if got := address(); got != "a:7443" {
+		t.Fatalf("a refused registration wrote the registry: address %s", got)
+	}
+	again, err := reg("a", false)
+	if err != nil {
+		t.Fatalf("the same installation, restarted: %v", err)
+	}
+	down(again)
+	replacing, err := reg("b", true)
+	if err != nil {
+		t.Fatalf("another installation with Replace: %v", err)
+	}
+	if got := address(); got != "b:7443" {
+		t.Fatalf("after the replacement the registry says %s", got)
+	}
+	down(replacing)
+	_, err = reg("a", false)
+	refused(err, "last at b:7443")
+
+	// Removal under way (the node has sandboxes to delete first), then
+	// done.
+	if _, err := s.CreateSandboxOn(ctx, sandbox("on-n1"), store.Placement{Node: "n1"}, ""); err == nil {
+		t.Fatal("placed on a NotReady node")
+	}
+	if err := s.ForgetNode(ctx, "n1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = reg("c", false)
+	refused(err, "`shoal node remove n1` is removing", "--replace-node")
+	if gone, _, err := s.CompleteForget(ctx, "n1", nil); err != nil || !gone {
+		t.Fatalf("CompleteForget: %v %v", gone, err)
+	}
+	if _, err := reg("c", false); err != nil {
+		t.Fatalf("a new installation once the node was removed: %v", err)
 	}
 }
