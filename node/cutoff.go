@@ -94,7 +94,10 @@ func (n *Node) clusterID(ctx context.Context, st *store.Store) (string, error) {
 	case id == known:
 		return id, nil
 	case known != "":
-		return "", fmt.Errorf("--data-dir %s was last used in cluster %s, but this etcd holds cluster %s: give the node a fresh data dir to join this cluster", n.cfg.DataDir, known, id)
+		// Another cluster's data dir (the default one, reused with a new
+		// etcd): nothing of it binds this one. Its frozen set names the
+		// other cluster's containers, which this node never lists.
+		n.log.Warn("the data dir was last used in another cluster; it is this cluster's now", "data_dir", n.cfg.DataDir, "was", known, "now", id)
 	}
 	if err := os.MkdirAll(n.cfg.DataDir, 0o700); err != nil {
 		return "", fmt.Errorf("--data-dir: %w", err)
