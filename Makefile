@@ -6,16 +6,27 @@ LAB_BIN   ?= bin/shoal-lab
 IMAGE     ?= shoal/sandbox:dev
 NODE_IMAGE ?= shoal/node:dev
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
+# make install copies both binaries to $(PREFIX)/bin when PREFIX is set,
+# else to the first GOPATH entry's bin (where go install puts commands).
+PREFIX    ?=
+INSTALL_DIR = $(if $(PREFIX),$(PREFIX)/bin,$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION        := v0.8.2
 
-.PHONY: build run test bench image node-image cluster cluster-down proto lint chaos chaos-cluster soak soak-cluster bench-scale clean
+.PHONY: build install run test bench image node-image cluster cluster-down proto lint chaos chaos-cluster soak soak-cluster bench-scale clean
 
 # Static (no cgo): the chaos hosts run $(BIN) in FROM-scratch containers.
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/shoal
 	CGO_ENABLED=0 $(GO) build -o $(LAB_BIN) ./cmd/shoal-lab
+
+# Both binaries onto PATH: `shoal` and `shoal-lab` as the docs write them.
+install: build
+	install -d $(INSTALL_DIR)
+	install -m 0755 $(BIN) $(INSTALL_DIR)/shoal
+	install -m 0755 $(LAB_BIN) $(INSTALL_DIR)/shoal-lab
+	@echo "installed shoal and shoal-lab in $(INSTALL_DIR)"
 
 run: build image
 	$(BIN) node start

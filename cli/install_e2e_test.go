@@ -1,0 +1,94 @@
+package cli_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// repoRoot is the checkout this package's tests run in (go test runs them
+// in cli/).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// makeCmd runs make in the repository root with extra environment and
+// returns its stdout; it fails the test on a nonzero exit. An outer make
+// (make test) must not leak its flags or jobserver into this one.
+func makeCmd(t *testing.T, env []string, args ...string) string {
+	t.Helper()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skipf("skipping: make not found (%v)", err)
+	}
+	cmd := exec.Command("make", append([]string{"--no-print-directory"}, args...)...)
+	cmd.Dir = repoRoot(t)
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "PREFIX", "VERSION", "BIN", "LAB_BIN":
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	cmd.Env = append(cmd.Env, env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("make %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	t.Logf("make %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	return out.String()
+}
+
+// requireExecutable fails unless path is an executable file.
+func requireExecutable(t *testing.T, path string) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("not installed: %v", err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		t.Fatalf("%s: mode %v, want an executable file", path, fi.Mode())
+	}
+}
+
+// make install puts both binaries, under their own names, into
+// $(PREFIX)/bin when PREFIX is set and into $(go env GOPATH)/bin
+// otherwise, and they run from there.
+func TestMakeInstall(t *testing.T) {
+	tmp := t.TempDir()
+	build := []string{"BIN=" + filepath.Join(tmp, "build", "shoal"), "LAB_BIN=" + filepath.Join(tmp, "build", "shoal-lab")}
+
+	prefix := filepath.Join(tmp, "prefix")
+	makeCmd(t, nil, append([]string{"-s", "install", "PREFIX=" + prefix}, build...)...)
+	for _, name := range []string{"shoal", "shoal-lab"} {
+		bin := filepath.Join(prefix, "bin", name)
+		requireExecutable(t, bin)
+		r := runEnv(t, bin, nil, "version").must(t, 0, name+" version")
+		if !strings.HasPrefix(r.stdout, name+" ") {
+			t.Errorf("%s version printed %q, want %q first", bin, r.stdout, name+" ")
+		}
+	}
+
+	// No PREFIX: GOPATH's bin. GOPATH moved to a temporary directory for
+	// the test; the module cache stays where it is, so nothing is fetched.
+	gomodcache, err := exec.Command("go", "env", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gopath := filepath.Join(tmp, "gopath")
+	makeCmd(t, []string{"GOPATH=" + gopath, "GOMODCACHE=" + strings.TrimSpace(string(gomodcache))}, append([]string{"-s", "install"}, build...)...)
+	for _, name := range []string{"shoal", "shoal-lab"} {
+		requireExecutable(t, filepath.Join(gopath, "bin", name))
+	}
+}
