@@ -10,6 +10,11 @@ GOBIN     ?= $(shell $(GO) env GOPATH)/bin
 # else to the first GOPATH entry's bin (where go install puts commands).
 PREFIX    ?=
 INSTALL_DIR = $(if $(PREFIX),$(PREFIX)/bin,$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
+# The version both binaries report (`shoal version`, and the version a node
+# registers): git describe, "dev" outside a git checkout. deploy/node/build.sh
+# computes the same, and make node-image hands it this one.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X shoal/cli.Version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION        := v0.8.2
@@ -18,8 +23,8 @@ STATICCHECK_VERSION        := v0.8.2
 
 # Static (no cgo): the chaos hosts run $(BIN) in FROM-scratch containers.
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/shoal
-	CGO_ENABLED=0 $(GO) build -o $(LAB_BIN) ./cmd/shoal-lab
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/shoal
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(LAB_BIN) ./cmd/shoal-lab
 
 # Both binaries onto PATH: `shoal` and `shoal-lab` as the docs write them.
 install: build
@@ -70,7 +75,7 @@ image:
 	./deploy/image/build.sh $(IMAGE)
 
 node-image:
-	GO=$(GO) ./deploy/node/build.sh $(NODE_IMAGE)
+	GO=$(GO) VERSION='$(VERSION)' ./deploy/node/build.sh $(NODE_IMAGE)
 
 # Three voters in containers on this host (deploy/compose); the last line
 # printed is SHOAL_ENDPOINT=... for the CLI. SHOAL_CLUSTER names a second one.

@@ -22,7 +22,11 @@ import (
 	"shoal/tracing"
 )
 
-// Version is set at build time.
+// Version is stamped at build time (-ldflags -X shoal/cli.Version=...) by
+// make build and deploy/node/build.sh, both with `git describe --tags
+// --always --dirty`, "dev" outside git. `shoal version` prints it and a
+// node registers it (node list's VERSION): one variable for both, so a
+// node never reports another version than its binary.
 var Version = "dev"
 
 // app holds what every command shares.

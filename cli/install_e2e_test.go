@@ -2,12 +2,16 @@ package cli_test
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"shoal/internal/testenv"
 )
 
 // repoRoot is the checkout this package's tests run in (go test runs them
@@ -90,5 +94,65 @@ func TestMakeInstall(t *testing.T) {
 	makeCmd(t, []string{"GOPATH=" + gopath, "GOMODCACHE=" + strings.TrimSpace(string(gomodcache))}, append([]string{"-s", "install"}, build...)...)
 	for _, name := range []string{"shoal", "shoal-lab"} {
 		requireExecutable(t, filepath.Join(gopath, "bin", name))
+	}
+}
+
+// gitVersion is what make build stamps: git describe, "dev" outside git.
+func gitVersion(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command("git", "describe", "--tags", "--always", "--dirty")
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.Output()
+	if err != nil {
+		return "dev"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// make build stamps git describe into both binaries; `shoal version` and
+// --version print it, a node started from the binary registers it, and
+// the node image is built with the same version. Outside git it is "dev".
+func TestMakeBuildStampsVersion(t *testing.T) {
+	tmp := t.TempDir()
+	bin, lab := filepath.Join(tmp, "shoal"), filepath.Join(tmp, "shoal-lab")
+	makeCmd(t, nil, "-s", "build", "BIN="+bin, "LAB_BIN="+lab)
+	want := gitVersion(t)
+	if want == "dev" {
+		t.Logf("not a git checkout: the version is %q", want)
+	}
+	if r := runEnv(t, bin, nil, "version").must(t, 0, "shoal version"); r.stdout != "shoal "+want+"\n" {
+		t.Errorf("shoal version printed %q, want %q", r.stdout, "shoal "+want+"\n")
+	}
+	if r := runEnv(t, bin, nil, "--version").must(t, 0, "shoal --version"); r.stdout != "shoal version "+want+"\n" {
+		t.Errorf("shoal --version printed %q, want %q", r.stdout, "shoal version "+want+"\n")
+	}
+	if r := runEnv(t, lab, nil, "version").must(t, 0, "shoal-lab version"); r.stdout != "shoal-lab "+want+"\n" {
+		t.Errorf("shoal-lab version printed %q, want %q", r.stdout, "shoal-lab "+want+"\n")
+	}
+
+	// What the node registers is the same stamp. The hollow runtime needs
+	// no Docker engine.
+	cfg := testenv.NodeConfig(t)
+	api := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	node := exec.Command(bin, "node", "start", "--node-id", cfg.ID, "--data-dir", cfg.DataDir, "--listen", api, "--runtime", "hollow",
+		"--etcd-listen-client", cfg.EtcdListenClient, "--etcd-listen-peer", cfg.EtcdListenPeer, "--log-level", "warn")
+	startBinaryNode(t, node, func() result { return run(t, bin, api, "node", "get", cfg.ID) })
+	r := run(t, bin, api, "-o", "json", "node", "get", cfg.ID).must(t, 0, "node get")
+	var n struct{ Version string }
+	if err := json.Unmarshal([]byte(r.stdout), &n); err != nil {
+		t.Fatalf("node get -o json: %v\n%s", err, r.stdout)
+	}
+	if n.Version != want {
+		t.Errorf("node %s registered version %q, want %q", cfg.ID, n.Version, want)
+	}
+	stopBinaryNode(t, node)
+
+	// The node image gets the same version (make -n: print, build nothing).
+	if out := makeCmd(t, nil, "-n", "node-image"); !strings.Contains(out, "VERSION='"+want+"' ") {
+		t.Errorf("make node-image does not hand build.sh VERSION=%q:\n%s", want, out)
+	}
+	// Outside git (no repository found) the stamp is "dev".
+	if out := makeCmd(t, []string{"GIT_DIR=" + filepath.Join(tmp, "no-git")}, "-n", "build"); !strings.Contains(out, "-X shoal/cli.Version=dev'") {
+		t.Errorf("outside git, make build does not stamp dev:\n%s", out)
 	}
 }
