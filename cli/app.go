@@ -84,7 +84,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	// The root's Before sets the format; errors before it still print.
 	a.out = printer{w: stdout, errw: stderr, format: formatTable, now: time.Now}
 	root := a.tree(spec)
-	err := root.RunContext(ctx, Reorder(root, args))
+	if len(args) == 0 || args[len(args)-1] != completionFlag {
+		// A completion request must keep its words in place and its
+		// flag last (completion.go).
+		args = Reorder(root, args)
+	}
+	err := root.RunContext(ctx, args)
 	if a.conn != nil {
 		a.conn.Close()
 	}
@@ -155,7 +160,8 @@ func (a *app) root(spec ToolSpec) *cli.App {
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError("%v", err)
 		},
-		Commands: append(spec.Commands(&Tool{a}), a.versionCmd(spec.Name)),
+		Commands:             append(spec.Commands(&Tool{a}), a.versionCmd(spec.Name), a.completionCmd(spec.Name)),
+		EnableBashCompletion: true, // `NAME completion bash|zsh` scripts ask the binary
 	}
 }
 
