@@ -77,10 +77,13 @@ image:
 node-image:
 	GO=$(GO) VERSION='$(VERSION)' ./deploy/node/build.sh $(NODE_IMAGE)
 
-# Three voters in containers on this host (deploy/compose); the last line
-# printed is SHOAL_ENDPOINT=... for the CLI. SHOAL_CLUSTER names a second one.
-cluster: build image node-image
-	SHOAL_NODE_IMAGE=$(NODE_IMAGE) ./deploy/compose/cluster.sh up
+# Three voters in containers on this host (deploy/compose). Its stdout is
+# only the export lines that point the CLI at it, so that
+# eval "$$(make -s cluster)" sets them: the builds and their output go to
+# stderr. SHOAL_CLUSTER names a second one.
+cluster:
+	@$(MAKE) --no-print-directory build image node-image >&2
+	@SHOAL_NODE_IMAGE=$(NODE_IMAGE) ./deploy/compose/cluster.sh up
 
 cluster-down:
 	./deploy/compose/cluster.sh down
