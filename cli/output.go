@@ -89,7 +89,7 @@ func (p printer) objects(s shape, header []string, rows [][]string, msgs ...prot
 				}
 				raw = append(raw, mb)
 			}
-			if b, err = json.MarshalIndent(map[string]any{"items": raw}, "", "  "); err != nil {
+			if b, err = marshalJSON(map[string]any{"items": raw}); err != nil {
 				return err
 			}
 		}
@@ -127,7 +127,7 @@ func (p printer) objects(s shape, header []string, rows [][]string, msgs ...prot
 
 // structured prints a plain Go value (not an API object) as JSON or YAML.
 func (p printer) structured(v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+	b, err := marshalJSON(v)
 	if err != nil {
 		return err
 	}
@@ -140,6 +140,21 @@ func (p printer) structured(v any) error {
 	}
 	_, err = fmt.Fprintf(p.w, "%s\n", b)
 	return err
+}
+
+// marshalJSON is json.MarshalIndent without its HTML escaping: what a
+// script reads is the value as stored (`<redacted>`, `a&b`), never
+// `\u003credacted\u003e`. protojson escapes nothing of that kind, and the
+// RawMessages of a list are copied through as they are.
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // table prints rows under a header.
