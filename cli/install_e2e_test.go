@@ -97,6 +97,19 @@ func TestMakeInstall(t *testing.T) {
 	}
 }
 
+// startHollowNode starts `bin node start` with the hollow runtime (no
+// Docker engine needed) and returns it, its id and API address once it
+// serves.
+func startHollowNode(t *testing.T, bin string) (*exec.Cmd, string, string) {
+	t.Helper()
+	cfg := testenv.NodeConfig(t)
+	api := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	node := exec.Command(bin, "node", "start", "--node-id", cfg.ID, "--data-dir", cfg.DataDir, "--listen", api, "--runtime", "hollow",
+		"--etcd-listen-client", cfg.EtcdListenClient, "--etcd-listen-peer", cfg.EtcdListenPeer, "--log-level", "warn")
+	startBinaryNode(t, node, func() result { return run(t, bin, api, "node", "get", cfg.ID) })
+	return node, cfg.ID, api
+}
+
 // gitVersion is what make build stamps: git describe, "dev" outside git.
 func gitVersion(t *testing.T) string {
 	t.Helper()
@@ -132,18 +145,14 @@ func TestMakeBuildStampsVersion(t *testing.T) {
 
 	// What the node registers is the same stamp. The hollow runtime needs
 	// no Docker engine.
-	cfg := testenv.NodeConfig(t)
-	api := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	node := exec.Command(bin, "node", "start", "--node-id", cfg.ID, "--data-dir", cfg.DataDir, "--listen", api, "--runtime", "hollow",
-		"--etcd-listen-client", cfg.EtcdListenClient, "--etcd-listen-peer", cfg.EtcdListenPeer, "--log-level", "warn")
-	startBinaryNode(t, node, func() result { return run(t, bin, api, "node", "get", cfg.ID) })
-	r := run(t, bin, api, "-o", "json", "node", "get", cfg.ID).must(t, 0, "node get")
+	node, id, api := startHollowNode(t, bin)
+	r := run(t, bin, api, "-o", "json", "node", "get", id).must(t, 0, "node get")
 	var n struct{ Version string }
 	if err := json.Unmarshal([]byte(r.stdout), &n); err != nil {
 		t.Fatalf("node get -o json: %v\n%s", err, r.stdout)
 	}
 	if n.Version != want {
-		t.Errorf("node %s registered version %q, want %q", cfg.ID, n.Version, want)
+		t.Errorf("node %s registered version %q, want %q", id, n.Version, want)
 	}
 	stopBinaryNode(t, node)
 

@@ -174,11 +174,13 @@ func (p printer) warnings(ws []string) {
 }
 
 // failure prints an error as one line. subject, when not empty, names the
-// object the error is about, for commands that act on several names.
+// object the error is about, for commands that act on several names; a
+// message that names it already (`sandbox "x" not found`) is not given it
+// twice.
 func (p printer) failure(e *exitError, subject string) {
 	switch {
 	case e.msg == "":
-	case subject != "":
+	case subject != "" && !strings.Contains(e.msg, subject):
 		fmt.Fprintf(p.errw, "Error: %s: %s\n", subject, e.msg)
 	default:
 		fmt.Fprintf(p.errw, "Error: %s\n", e.msg)
@@ -310,7 +312,9 @@ func (p printer) providers(s shape, items ...*shoalv1.Provider) error {
 		if pr.GetMeta().GetDeletionTimestamp() != nil {
 			state = "Terminating"
 		}
-		rows = append(rows, []string{pr.GetMeta().GetName(), strings.ToLower(pr.Type.String()), list(keys), state, p.age(pr.GetMeta().GetCreatedAt())})
+		// The type as JSON and YAML print it (the API's enum name, as
+		// phases are), so that every format shows the same value.
+		rows = append(rows, []string{pr.GetMeta().GetName(), pr.GetType().String(), list(keys), state, p.age(pr.GetMeta().GetCreatedAt())})
 		msgs = append(msgs, pr)
 	}
 	return p.objects(s, []string{"name", "type", "credentials", "state", "age"}, rows, msgs...)
