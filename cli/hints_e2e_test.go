@@ -103,9 +103,18 @@ func TestHintsNameCommandsThatExist(t *testing.T) {
 		// call one). `node start` without arguments would run a node.
 		tooMany := runEnv(t, bin, env, append(append([]string{}, leaf...), "a", "b", "c", "d", "e")...)
 		said = append(said, tooMany.stderr)
+		runs := []result{tooMany}
 		if what != "node start" {
 			none := runEnv(t, bin, env, leaf...)
 			said = append(said, none.stderr)
+			runs = append(runs, none)
+		}
+		// Wrong arguments are usage errors (2); anything else here did
+		// what it could (0) or met the node that does not answer (5).
+		for _, r := range runs {
+			if r.code != 0 && r.code != cli.ExitUsage && r.code != cli.ExitUnavailable {
+				t.Errorf("shoal %s (too many or no arguments): exit %d, want 0, 2 or 5:\n%s", what, r.code, r.stderr)
+			}
 		}
 		if tooMany.code == cli.ExitUsage && !strings.Contains(tooMany.stderr, "`shoal "+what+" --help`") {
 			t.Errorf("shoal %s a b c d e: a usage error whose hint does not name `shoal %s --help`:\n%s", what, what, tooMany.stderr)
