@@ -6,16 +6,32 @@ LAB_BIN   ?= bin/shoal-lab
 IMAGE     ?= shoal/sandbox:dev
 NODE_IMAGE ?= shoal/node:dev
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
+# make install copies both binaries to $(PREFIX)/bin when PREFIX is set,
+# else to the first GOPATH entry's bin (where go install puts commands).
+PREFIX    ?=
+INSTALL_DIR = $(if $(PREFIX),$(PREFIX)/bin,$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
+# The version both binaries report (`shoal version`, and the version a node
+# registers): git describe, "dev" outside a git checkout. deploy/node/build.sh
+# computes the same, and make node-image hands it this one.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X shoal/cli.Version=$(VERSION)
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION        := v0.8.2
 
-.PHONY: build run test bench image node-image cluster cluster-down proto lint chaos chaos-cluster soak soak-cluster bench-scale clean
+.PHONY: build install run test bench image node-image cluster cluster-down proto lint chaos chaos-cluster soak soak-cluster bench-scale clean
 
 # Static (no cgo): the chaos hosts run $(BIN) in FROM-scratch containers.
 build:
-	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/shoal
-	CGO_ENABLED=0 $(GO) build -o $(LAB_BIN) ./cmd/shoal-lab
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/shoal
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(LAB_BIN) ./cmd/shoal-lab
+
+# Both binaries onto PATH: `shoal` and `shoal-lab` as the docs write them.
+install: build
+	install -d $(INSTALL_DIR)
+	install -m 0755 $(BIN) $(INSTALL_DIR)/shoal
+	install -m 0755 $(LAB_BIN) $(INSTALL_DIR)/shoal-lab
+	@echo "installed shoal and shoal-lab in $(INSTALL_DIR)"
 
 run: build image
 	$(BIN) node start
@@ -59,12 +75,15 @@ image:
 	./deploy/image/build.sh $(IMAGE)
 
 node-image:
-	GO=$(GO) ./deploy/node/build.sh $(NODE_IMAGE)
+	GO=$(GO) VERSION='$(VERSION)' ./deploy/node/build.sh $(NODE_IMAGE)
 
-# Three voters in containers on this host (deploy/compose); the last line
-# printed is SHOAL_ENDPOINT=... for the CLI. SHOAL_CLUSTER names a second one.
-cluster: build image node-image
-	SHOAL_NODE_IMAGE=$(NODE_IMAGE) ./deploy/compose/cluster.sh up
+# Three voters in containers on this host (deploy/compose). Its stdout is
+# only the export lines that point the CLI at it, so that
+# eval "$$(make -s cluster)" sets them: the builds and their output go to
+# stderr. SHOAL_CLUSTER names a second one.
+cluster:
+	@$(MAKE) --no-print-directory build image node-image >&2
+	@SHOAL_NODE_IMAGE=$(NODE_IMAGE) ./deploy/compose/cluster.sh up
 
 cluster-down:
 	./deploy/compose/cluster.sh down

@@ -22,7 +22,11 @@ import (
 	"shoal/tracing"
 )
 
-// Version is set at build time.
+// Version is stamped at build time (-ldflags -X shoal/cli.Version=...) by
+// make build and deploy/node/build.sh, both with `git describe --tags
+// --always --dirty`, "dev" outside git. `shoal version` prints it and a
+// node registers it (node list's VERSION): one variable for both, so a
+// node never reports another version than its binary.
 var Version = "dev"
 
 // app holds what every command shares.
@@ -41,11 +45,17 @@ type app struct {
 	client         shoalv1.ShoalClient
 	tty            bool
 	ctx            context.Context
-	// kind is "sandbox" or "provider" while one of their subcommands runs,
-	// so that hints can name the right command.
+	// kind is "sandbox", "provider" or "node" while one of their
+	// subcommands runs, so that hints can name the right command.
 	kind string
 	// lookupEnv reads the environment (--credential-from-env).
 	lookupEnv func(string) (string, bool)
+	// helpCmd is the command line of the command being run, binary and
+	// command path ("shoal sandbox get"): usage hints name its --help.
+	helpCmd string
+	// unknownCmd is a command name that matched no command (urfave/cli's
+	// CommandNotFound), a usage error.
+	unknownCmd string
 }
 
 // Main runs the CLI and returns the process exit code.
@@ -80,7 +90,17 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	// The root's Before sets the format; errors before it still print.
 	a.out = printer{w: stdout, errw: stderr, format: formatTable, now: time.Now}
 	root := a.tree(spec)
-	err := root.RunContext(ctx, Reorder(root, args))
+	if len(args) == 0 || args[len(args)-1] != completionFlag {
+		// A completion request must keep its words in place and its
+		// flag last (completion.go).
+		args = Reorder(root, args)
+	}
+	a.helpCmd = strings.Join(append([]string{spec.Name}, commandPath(root, args)...), " ")
+	err := root.RunContext(ctx, args)
+	if err == nil && a.unknownCmd != "" {
+		err = &exitError{code: ExitUsage, msg: fmt.Sprintf("unknown command %q for %q", a.unknownCmd, a.helpCmd),
+			hint: fmt.Sprintf("`%s --help` lists the commands", a.helpCmd)}
+	}
 	if a.conn != nil {
 		a.conn.Close()
 	}
@@ -148,10 +168,14 @@ func (a *app) root(spec ToolSpec) *cli.App {
 			return nil
 		},
 		ExitErrHandler: func(*cli.Context, error) {}, // Main prints errors and picks exit codes
+		// Called (instead of urfave/cli's "No help topic", exit 3) for an
+		// unknown command; run makes it a usage error.
+		CommandNotFound: func(_ *cli.Context, name string) { a.unknownCmd = name },
 		OnUsageError: func(c *cli.Context, err error, _ bool) error {
 			return usageError("%v", err)
 		},
-		Commands: append(spec.Commands(&Tool{a}), a.versionCmd(spec.Name)),
+		Commands:             append(spec.Commands(&Tool{a}), a.versionCmd(spec.Name), a.completionCmd(spec.Name)),
+		EnableBashCompletion: true, // `NAME completion bash|zsh` scripts ask the binary
 	}
 }
 
@@ -254,12 +278,16 @@ func parseKV(field string, vals []string) (map[string]string, error) {
 	return m, nil
 }
 
-// exactArgs checks the positional argument count.
+// exactArgs checks the positional argument count. names says what the
+// command takes ("NAME", "NAME PROVIDER"); with n 0 it is not read.
 func exactArgs(c *cli.Context, n int, names string) error {
-	if c.NArg() != n {
-		return usageError("%s takes %s (got %d argument(s)); see `shoal %s --help`", c.Command.FullName(), names, c.NArg(), c.Command.FullName())
+	if c.NArg() == n {
+		return nil
 	}
-	return nil
+	if n == 0 {
+		names = "no arguments"
+	}
+	return usageError("%s takes %s (got %d argument(s))", c.Command.HelpName, names, c.NArg())
 }
 
 // timeoutCtx bounds a call by --timeout when the command has one.
@@ -316,7 +344,7 @@ share one, 1 otherwise (see shoal --help).`
 func (a *app) forEachName(c *cli.Context, kind string, do func(api shoalv1.ShoalClient, name string) error) error {
 	names := c.Args().Slice()
 	if len(names) == 0 {
-		return usageError("%s takes NAME... (one or more names); see `shoal %s --help`", c.Command.FullName(), c.Command.FullName())
+		return usageError("%s takes NAME... (one or more names)", c.Command.HelpName)
 	}
 	api, err := a.api()
 	if err != nil {

@@ -154,3 +154,30 @@ func find(cmds []*cli.Command, name string) *cli.Command {
 	}
 	return nil
 }
+
+// commandPath is the canonical names (not aliases) of the commands that
+// args, as Reorder leaves them, run below the root: what a hint names.
+func commandPath(app *cli.App, args []string) []string {
+	if len(args) == 0 {
+		return nil
+	}
+	globals := flagSet(app.Flags)
+	rest := args[1:]
+	for len(rest) > 0 && strings.HasPrefix(rest[0], "-") && rest[0] != "--" {
+		n := flagLen(globals, rest)
+		if n == 0 {
+			break
+		}
+		rest = rest[n:]
+	}
+	var path []string
+	for cmds := app.Commands; len(rest) > 0; rest = rest[1:] {
+		c := find(cmds, rest[0])
+		if c == nil {
+			break
+		}
+		path = append(path, c.Name)
+		cmds = c.Subcommands
+	}
+	return path
+}

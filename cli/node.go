@@ -21,8 +21,9 @@ import (
 func (a *app) nodeCmd() *cli.Command {
 	def := node.DefaultConfig()
 	return &cli.Command{
-		Name:  "node",
-		Usage: "run a shoal node, and list, cordon, drain and remove the cluster's nodes",
+		Name:   "node",
+		Usage:  "run a shoal node, and list, cordon, drain and remove the cluster's nodes",
+		Before: func(*cli.Context) error { a.kind = "node"; return nil },
 		Subcommands: []*cli.Command{a.nodeList(), a.nodeGet(), a.nodeCordon(true), a.nodeCordon(false), a.nodeDrain(), a.nodeRemove(), {
 			Name:  "start",
 			Usage: "run a node in the foreground",

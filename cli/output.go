@@ -89,7 +89,7 @@ func (p printer) objects(s shape, header []string, rows [][]string, msgs ...prot
 				}
 				raw = append(raw, mb)
 			}
-			if b, err = json.MarshalIndent(map[string]any{"items": raw}, "", "  "); err != nil {
+			if b, err = marshalJSON(map[string]any{"items": raw}); err != nil {
 				return err
 			}
 		}
@@ -127,7 +127,7 @@ func (p printer) objects(s shape, header []string, rows [][]string, msgs ...prot
 
 // structured prints a plain Go value (not an API object) as JSON or YAML.
 func (p printer) structured(v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
+	b, err := marshalJSON(v)
 	if err != nil {
 		return err
 	}
@@ -140,6 +140,21 @@ func (p printer) structured(v any) error {
 	}
 	_, err = fmt.Fprintf(p.w, "%s\n", b)
 	return err
+}
+
+// marshalJSON is json.MarshalIndent without its HTML escaping: what a
+// script reads is the value as stored (`<redacted>`, `a&b`), never
+// `\u003credacted\u003e`. protojson escapes nothing of that kind, and the
+// RawMessages of a list are copied through as they are.
+func marshalJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // table prints rows under a header.
@@ -159,11 +174,13 @@ func (p printer) warnings(ws []string) {
 }
 
 // failure prints an error as one line. subject, when not empty, names the
-// object the error is about, for commands that act on several names.
+// object the error is about, for commands that act on several names; a
+// message that names it already (`sandbox "x" not found`) is not given it
+// twice.
 func (p printer) failure(e *exitError, subject string) {
 	switch {
 	case e.msg == "":
-	case subject != "":
+	case subject != "" && !strings.Contains(e.msg, subject):
 		fmt.Fprintf(p.errw, "Error: %s: %s\n", subject, e.msg)
 	default:
 		fmt.Fprintf(p.errw, "Error: %s\n", e.msg)
@@ -295,7 +312,9 @@ func (p printer) providers(s shape, items ...*shoalv1.Provider) error {
 		if pr.GetMeta().GetDeletionTimestamp() != nil {
 			state = "Terminating"
 		}
-		rows = append(rows, []string{pr.GetMeta().GetName(), strings.ToLower(pr.Type.String()), list(keys), state, p.age(pr.GetMeta().GetCreatedAt())})
+		// The type as JSON and YAML print it (the API's enum name, as
+		// phases are), so that every format shows the same value.
+		rows = append(rows, []string{pr.GetMeta().GetName(), pr.GetType().String(), list(keys), state, p.age(pr.GetMeta().GetCreatedAt())})
 		msgs = append(msgs, pr)
 	}
 	return p.objects(s, []string{"name", "type", "credentials", "state", "age"}, rows, msgs...)

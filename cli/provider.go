@@ -38,7 +38,7 @@ as an environment variable. Credentials are never shown again.
 
 ` + credentialsHelp,
 				Flags: append([]cli.Flag{
-					&cli.StringFlag{Name: "type", Required: true, Usage: "`TYPE`: nvidia, openai, anthropic, github or generic"},
+					&cli.StringFlag{Name: "type", Required: true, Usage: "`TYPE`: nvidia, openai, anthropic, github or generic (any case; get and list show it in capitals, as the API has it)"},
 					&cli.StringSliceFlag{Name: "config", Usage: "plain `KEY=VALUE`, repeatable"},
 					&cli.StringSliceFlag{Name: "label", Usage: "`KEY=VALUE` label, repeatable"},
 				}, credentialFlags("")...),

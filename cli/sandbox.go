@@ -40,7 +40,11 @@ func (a *app) sandboxCreate() *cli.Command {
 credentials in its environment. Without a command the image's default runs.
 
   shoal sandbox create agent --provider nvidia --wait
-  shoal sandbox create job --env MODE=batch --label team=ml -- sh -c 'echo hi; sleep 60'`,
+  shoal sandbox create job --env MODE=batch --label team=ml -- sh -c 'echo hi; sleep 60'
+
+With --wait it prints the sandbox once it left PROVISIONING and exits by its
+phase: READY 0; STOPPED (a command that ended at once) 0 if the command exited
+0, else 1, naming the code; ERROR (Docker refused it) 4.`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "image", Usage: "container `IMAGE` (default: the node's, shoal/sandbox:dev)"},
 			&cli.StringSliceFlag{Name: "provider", Aliases: []string{"p"}, Usage: "attach provider `NAME`, repeatable"},
@@ -51,7 +55,7 @@ credentials in its environment. Without a command the image's default runs.
 			&cli.BoolFlag{Name: "read-only", Usage: "make the container's root filesystem read-only (a tmpfs /tmp stays writable)"},
 			&cli.StringFlag{Name: "node", Usage: "run on node `NAME` (default: the Ready node with the fewest sandboxes)"},
 			&cli.StringSliceFlag{Name: "node-selector", Usage: "only on nodes labelled `KEY=VALUE`, repeatable"},
-			&cli.BoolFlag{Name: "wait", Usage: "return when the sandbox is READY (or failed)"},
+			&cli.BoolFlag{Name: "wait", Usage: "return when the sandbox is READY, or has stopped or failed first; exit 1 if its command exited nonzero (STOPPED), 4 if it is in phase ERROR"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * 60e9, Usage: "give up waiting after `DURATION`"},
 		},
 		Action: func(c *cli.Context) error {
@@ -122,13 +126,32 @@ credentials in its environment. Without a command the image's default runs.
 			if err := a.out.sandbox(sb); err != nil {
 				return err
 			}
-			if req.Wait && sb.GetStatus().GetPhase() == shoalv1.SandboxPhase_ERROR {
-				return &exitError{code: ExitPrecondition, msg: fmt.Sprintf("sandbox %s failed: %s", name, sb.Status.Message),
-					hint: "fix the cause, then `shoal sandbox delete " + name + "` and create it again"}
+			if req.Wait {
+				return waitOutcome(sb)
 			}
 			return nil
 		},
 	}
+}
+
+// waitOutcome is the exit of `sandbox create --wait`, by the phase the
+// wait ended in (README.md, "Exit codes"): READY, or STOPPED with exit
+// code 0, is success; STOPPED with another code is a failure (1) naming
+// the code; ERROR, which Docker refused, is a failed precondition (4).
+func waitOutcome(sb *shoalv1.Sandbox) error {
+	name, st := sb.GetMeta().GetName(), sb.GetStatus()
+	switch st.GetPhase() {
+	case shoalv1.SandboxPhase_STOPPED:
+		if st.GetExitCode() == 0 {
+			return nil
+		}
+		return &exitError{code: ExitError, msg: fmt.Sprintf("sandbox %s is STOPPED: its command exited with code %d", name, st.GetExitCode()),
+			hint: "`shoal sandbox logs " + name + "` shows its output"}
+	case shoalv1.SandboxPhase_ERROR:
+		return &exitError{code: ExitPrecondition, msg: fmt.Sprintf("sandbox %s is in phase ERROR: %s", name, st.GetMessage()),
+			hint: "fix the cause, then `shoal sandbox delete " + name + "` and create it again"}
+	}
+	return nil
 }
 
 func (a *app) sandboxGet() *cli.Command {

@@ -124,7 +124,7 @@ func TestLabConventionsThroughBinary(t *testing.T) {
 	// Flags after the command path, and global flags among them, as in
 	// shoal; a bad flag is a usage error.
 	run(t, lab, nil, "chaos", "run", "--no-such-flag").must(t, cli.ExitUsage, "chaos run --no-such-flag").
-		stderrHas(t, "chaos run --no-such-flag", "no-such-flag", "Hint: see --help")
+		stderrHas(t, "chaos run --no-such-flag", "no-such-flag", "Hint: `shoal-lab chaos run --help`")
 	run(t, lab, nil, "chaos", "run", "extra", "--endpoint", "127.0.0.1:1").must(t, cli.ExitUsage, "chaos run extra --endpoint").
 		stderrHas(t, "chaos run extra --endpoint", "chaos run takes no arguments")
 	// A command of shoal's is unknown here, as an unknown command is to

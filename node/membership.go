@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -116,7 +118,7 @@ func (n *Node) startMember(ctx context.Context) (*embedetcd.Server, *clientv3.Cl
 		return nil, nil, n.memberErr(err)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (is another node using %s or port %s?)", err, cfg.DataDir, cfg.EtcdListenClient)
+		return nil, nil, fmt.Errorf("%w (%s)", err, memberStartHint(cfg, err))
 	}
 	eps := srv.VoterClientURLs()
 	if len(eps) == 0 {
@@ -262,4 +264,33 @@ func startJoining(ctx context.Context, ec embedetcd.Config, joining bool) (*embe
 		case <-time.After(500 * time.Millisecond): // let the peer apply the change
 		}
 	}
+}
+
+// listenAddr is the address of etcd's "listen tcp ADDR: bind: address
+// already in use".
+var listenAddr = regexp.MustCompile(`listen tcp (\S+): bind: address already in use`)
+
+// memberStartHint says what to check when the embedded member did not
+// start: when a port was taken, the flag whose URL has that port (the
+// client and the peer URL are told apart by their ports); otherwise the
+// data dir, which a member locks.
+func memberStartHint(cfg Config, err error) string {
+	m := listenAddr.FindStringSubmatch(err.Error())
+	if m == nil {
+		return fmt.Sprintf("is another node using %s?", cfg.DataDir)
+	}
+	_, port, _ := net.SplitHostPort(m[1])
+	var flags []string
+	for _, l := range []struct{ flag, url string }{{"--etcd-listen-peer", cfg.EtcdListenPeer}, {"--etcd-listen-client", cfg.EtcdListenClient}} {
+		if u, perr := url.Parse(l.url); perr == nil && u.Port() == port {
+			flags = append(flags, l.flag+" "+l.url)
+		}
+	}
+	switch len(flags) {
+	case 1:
+		return fmt.Sprintf("port %s of %s is taken: is another node or etcd running on this host?", port, flags[0])
+	case 2:
+		return fmt.Sprintf("%s and %s share port %s: give them different ports", flags[0], flags[1], port)
+	}
+	return fmt.Sprintf("port %s is taken: is another node or etcd running on this host?", port)
 }

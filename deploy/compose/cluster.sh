@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the three-voter compose cluster of docker-compose.yml: up, down,
-# status, logs. `make cluster` and `make cluster-down` call it.
+# status, env, logs. `make cluster` and `make cluster-down` call it.
 set -euo pipefail
 
 usage() {
@@ -11,9 +11,13 @@ Commands:
   up      start three voter nodes (n1, n2, n3) on a private Docker network,
           all mutual TLS (a CA and certificates are made on first up), wait
           until every node serves and the cluster has a leader, and print
-          SHOAL_TLS_CERT=, SHOAL_TLS_KEY=, SHOAL_TLS_CA= (the admin client
-          certificate) and, as the last line, SHOAL_ENDPOINT=a,b,c (stdout;
-          progress goes to stderr): export them to use the cluster
+          what env prints (stdout; progress goes to stderr):
+          eval "$(deploy/compose/cluster.sh up)" (or make -s cluster)
+  env     print, without touching Docker, the shell lines that point the
+          shoal CLI at the cluster: export SHOAL_TLS_CERT=..., SHOAL_TLS_KEY=,
+          SHOAL_TLS_CA= (the admin client certificate; with TLS only) and,
+          last, export SHOAL_ENDPOINT=a,b,c; values single-quoted, for eval
+          in sh, bash or zsh: eval "$(deploy/compose/cluster.sh env)"
   down    remove the node containers, every sandbox container the cluster
           made (by their shoal.dev/cluster label), the network, the
           nodes' data volumes and the cluster's certificates
@@ -194,13 +198,31 @@ up() {
 	say "cluster $project is up: n1 127.0.0.1:$SHOAL_PORT_N1, n2 127.0.0.1:$SHOAL_PORT_N2, n3 127.0.0.1:$SHOAL_PORT_N3 (cluster id $id)"
 	local down_cmd="make cluster-down"
 	[ "$project" = shoal ] || down_cmd="SHOAL_CLUSTER=$project make cluster-down"
-	say "use it with the exports below (the admin certificate); remove it with: $down_cmd"
+	say "use it with the exports below (the admin certificate): eval \"\$(make -s cluster)\" sets them; remove it with: $down_cmd"
+	exports
+}
+
+# quote VALUE: VALUE single-quoted for sh, bash and zsh alike.
+quote() {
+	local q="'\\''"
+	printf "'%s'" "${1//\'/$q}"
+}
+
+# exports: the lines that point the shoal CLI at this cluster, for eval.
+exports() {
 	if [ "$tls" = 1 ]; then
-		echo "SHOAL_TLS_CERT=$pki_dir/admin.crt"
-		echo "SHOAL_TLS_KEY=$pki_dir/admin.key"
-		echo "SHOAL_TLS_CA=$pki_dir/ca.crt"
+		echo "export SHOAL_TLS_CERT=$(quote "$pki_dir/admin.crt")"
+		echo "export SHOAL_TLS_KEY=$(quote "$pki_dir/admin.key")"
+		echo "export SHOAL_TLS_CA=$(quote "$pki_dir/ca.crt")"
 	fi
-	echo "SHOAL_ENDPOINT=$endpoints"
+	echo "export SHOAL_ENDPOINT=$(quote "$endpoints")"
+}
+
+env_cmd() {
+	if [ "$tls" = 1 ] && [ ! -s "$pki_dir/admin.crt" ]; then
+		die "no certificates in $pki_dir: is cluster $project up? (make cluster)"
+	fi
+	exports
 }
 
 down() {
@@ -249,7 +271,7 @@ down() {
 status() {
 	preflight
 	compose ps
-	echo "SHOAL_ENDPOINT=$endpoints"
+	exports
 	local n c
 	for n in "${nodes[@]}"; do
 		c=$(container "$n")
@@ -268,6 +290,13 @@ up | down | status)
 		exit 2
 	}
 	"$1"
+	;;
+env)
+	[ $# -eq 1 ] || {
+		usage >&2
+		exit 2
+	}
+	env_cmd
 	;;
 logs)
 	shift

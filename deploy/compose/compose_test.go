@@ -256,24 +256,19 @@ func upCluster(t *testing.T, tls bool) *cluster {
 		}
 	})
 	out := c.script1(t, 90*time.Second, "up")
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	last := lines[len(lines)-1]
-	eps, ok := strings.CutPrefix(last, "SHOAL_ENDPOINT=")
-	if !ok {
-		t.Fatalf("cluster.sh up: last line %q is not SHOAL_ENDPOINT=...", last)
-	}
-	c.endpoints = strings.Split(eps, ",")
+	vars := evalExports(t, out)
+	c.endpoints = strings.Split(vars["SHOAL_ENDPOINT"], ",")
 	// The admin client certificate: the cluster runs mutual TLS.
-	for _, l := range lines {
-		if strings.HasPrefix(l, "SHOAL_TLS_") {
-			c.tls = append(c.tls, l)
+	for _, k := range []string{"SHOAL_TLS_CERT", "SHOAL_TLS_KEY", "SHOAL_TLS_CA"} {
+		if v, ok := vars[k]; ok {
+			c.tls = append(c.tls, k+"="+v)
 		}
 	}
 	if want := map[bool]int{true: 3, false: 0}[tls]; len(c.tls) != want {
-		t.Fatalf("cluster.sh up printed %d SHOAL_TLS_* lines, want %d (cert, key, CA with TLS):\n%s", len(c.tls), want, out)
+		t.Fatalf("cluster.sh up exported %d SHOAL_TLS_* variables, want %d (cert, key, CA with TLS):\n%s", len(c.tls), want, out)
 	}
 	if len(c.endpoints) != len(c.nodes) {
-		t.Fatalf("cluster.sh up printed %d endpoints, want %d: %s", len(c.endpoints), len(c.nodes), last)
+		t.Fatalf("cluster.sh up exported %d endpoints, want %d: %s", len(c.endpoints), len(c.nodes), vars["SHOAL_ENDPOINT"])
 	}
 	for i, ep := range c.endpoints {
 		if want := fmt.Sprintf("127.0.0.1:%d", c.port+i); ep != want {
@@ -281,6 +276,36 @@ func upCluster(t *testing.T, tls bool) *cluster {
 		}
 	}
 	return c
+}
+
+// evalExports evaluates what cluster.sh printed on stdout as
+// `eval "$(make -s cluster)"` does, in bash with an empty environment, and
+// returns the SHOAL_* variables it exported. Every line must be an export
+// and the last one SHOAL_ENDPOINT's.
+func evalExports(t *testing.T, out string) map[string]string {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "export SHOAL_") {
+			t.Fatalf("stdout line %q is not an export:\n%s", l, out)
+		}
+	}
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "export SHOAL_ENDPOINT=") {
+		t.Fatalf("the last line %q is not export SHOAL_ENDPOINT=...", last)
+	}
+	cmd := exec.Command("bash", "-euc", `eval "$1"; env -0`, "bash", out)
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	env, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("eval of the exports: %v\n%s", err, out)
+	}
+	vars := map[string]string{}
+	for _, kv := range strings.Split(string(env), "\x00") {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "SHOAL_") {
+			vars[k] = v
+		}
+	}
+	return vars
 }
 
 // script1 runs cluster.sh COMMAND and returns its stdout; it fails the test

@@ -12,7 +12,9 @@ compiles a static shoal binary and runs docker build on a local context.
 
 Environment:
   GO       the go command (default: go)
-  VERSION  the version the binary reports (default: git describe, or dev)
+  VERSION  the version the binary reports and its node registers (default:
+           git describe --tags --always --dirty, or dev outside git; make
+           node-image passes the one make build stamps)
 USAGE
 }
 
