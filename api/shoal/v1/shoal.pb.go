@@ -3453,7 +3453,11 @@ type RotateEncryptionKeyResponse struct {
 	Rewritten int32 `protobuf:"varint,2,opt,name=rewritten,proto3" json:"rewritten,omitempty"`
 	Current   int32 `protobuf:"varint,3,opt,name=current,proto3" json:"current,omitempty"`
 	// Providers that could not be rotated, as "workspace/name: reason".
-	Failed        []string `protobuf:"bytes,4,rep,name=failed,proto3" json:"failed,omitempty"`
+	Failed []string `protobuf:"bytes,4,rep,name=failed,proto3" json:"failed,omitempty"`
+	// Provider records skipped because they do not decode (corrupt in
+	// etcd): each names its key and how to delete it. Nothing can rotate
+	// them.
+	Skipped       []string `protobuf:"bytes,5,rep,name=skipped,proto3" json:"skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3512,6 +3516,13 @@ func (x *RotateEncryptionKeyResponse) GetCurrent() int32 {
 func (x *RotateEncryptionKeyResponse) GetFailed() []string {
 	if x != nil {
 		return x.Failed
+	}
+	return nil
+}
+
+func (x *RotateEncryptionKeyResponse) GetSkipped() []string {
+	if x != nil {
+		return x.Skipped
 	}
 	return nil
 }
@@ -3826,12 +3837,13 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x11\n" +
 	"\x0fSnapshotRequest\":\n" +
 	"\x1aRotateEncryptionKeyRequest\x12\x1c\n" +
-	"\tworkspace\x18\x01 \x01(\tR\tworkspace\"\x7f\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\"\x99\x01\n" +
 	"\x1bRotateEncryptionKeyResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1c\n" +
 	"\trewritten\x18\x02 \x01(\x05R\trewritten\x12\x18\n" +
 	"\acurrent\x18\x03 \x01(\x05R\acurrent\x12\x16\n" +
-	"\x06failed\x18\x04 \x03(\tR\x06failed\"#\n" +
+	"\x06failed\x18\x04 \x03(\tR\x06failed\x12\x18\n" +
+	"\askipped\x18\x05 \x03(\tR\askipped\"#\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data*\x89\x01\n" +
 	"\fSandboxPhase\x12\x1d\n" +
