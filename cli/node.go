@@ -225,6 +225,8 @@ after it expired (the node is remembered); Cordoned nodes take no new sandboxes.
 EngineUnavailable: the node's Docker engine has not answered for --engine-grace;
 placement skips it and its sandboxes are UNKNOWN until the engine is back
 (` + "`shoal node get NAME -o yaml`" + ` shows since when and why).
+CORRUPT: a registry record of the node in etcd does not decode; a warning line
+on stderr names its key, and ` + "`shoal node remove NAME`" + ` removes it.
 SANDBOXES is placed/capacity.`,
 		Action: func(c *cli.Context) error {
 			api, err := a.clusterArgs(c, 0, "")
@@ -352,7 +354,9 @@ or gone). Its sandboxes are deleted once the node's fence time (lease expiry
 plus the leader's --fence-margin) has passed, and the node leaves ` + "`node list`" + `
 when none is left. A Ready node is refused: stop it first, or drain it. If the
 node comes back before that, it is kept and removes those sandboxes' containers
-itself.`,
+itself. A CORRUPT node (its registry record does not decode) is removed the
+same way: a corrupt registry key at once, a corrupt info record once no sandbox
+names the node.`,
 		Action: func(c *cli.Context) error {
 			api, err := a.clusterArgs(c, 1, "NAME")
 			if err != nil {

@@ -205,6 +205,12 @@ func (s *Store) BeginRotation(ctx context.Context) error {
 		}
 		var differ []string
 		for _, n := range nodesFrom(resp.Responses[1].GetResponseRange().GetKvs(), resp.Responses[2].GetResponseRange().GetKvs(), nil, nil, s.k.prefix) {
+			if n.Status.Corrupt != "" && !n.Status.Ready {
+				// Which key it seals with cannot be read: as a NotReady
+				// node, it may come back.
+				differ = append(differ, n.Name+" (a corrupt registry record: `shoal node remove "+n.Name+"`)")
+				continue
+			}
 			if k := n.EncryptionKey; k != s.keys.ID() {
 				if k == "" {
 					k = "no key file"

@@ -2396,7 +2396,12 @@ type NodeStatus struct {
 	// Sandboxes placed on the node.
 	Sandboxes int32 `protobuf:"varint,3,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
 	// When the node was last known to hold its lease (for NotReady nodes).
-	LastSeen      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	LastSeen *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	// Set when a registry record of this node does not decode (corrupt in
+	// etcd): its key and why. Only the name is known of such a node; it
+	// takes no sandboxes while its registration is unreadable, and
+	// RemoveNode removes the record.
+	Corrupt       string `protobuf:"bytes,5,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2457,6 +2462,13 @@ func (x *NodeStatus) GetLastSeen() *timestamppb.Timestamp {
 		return x.LastSeen
 	}
 	return nil
+}
+
+func (x *NodeStatus) GetCorrupt() string {
+	if x != nil {
+		return x.Corrupt
+	}
+	return ""
 }
 
 type ListNodesRequest struct {
@@ -3771,13 +3783,14 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"conditions\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x01\n" +
 	"\n" +
 	"NodeStatus\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x1a\n" +
 	"\bcordoned\x18\x02 \x01(\bR\bcordoned\x12\x1c\n" +
 	"\tsandboxes\x18\x03 \x01(\x05R\tsandboxes\x127\n" +
-	"\tlast_seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\x12\n" +
+	"\tlast_seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x18\n" +
+	"\acorrupt\x18\x05 \x01(\tR\acorrupt\"\x12\n" +
 	"\x10ListNodesRequest\"9\n" +
 	"\x11ListNodesResponse\x12$\n" +
 	"\x05items\x18\x01 \x03(\v2\x0e.shoal.v1.NodeR\x05items\"$\n" +
