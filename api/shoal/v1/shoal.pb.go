@@ -1304,7 +1304,9 @@ type WatchSandboxesRequest struct {
 	// Only this sandbox, if set.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// Events after this resource_version. 0 means: current state first (as
-	// ADDED events), then changes.
+	// ADDED events), then changes. One compacted away, or one the cluster
+	// has not reached within 3 s, ends the stream with OUT_OF_RANGE: list
+	// again and watch from the list's resource_version.
 	ResourceVersion int64 `protobuf:"varint,3,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
