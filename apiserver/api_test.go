@@ -12,6 +12,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiserver"
 	"shoal/internal/testenv"
+	"shoal/node"
 )
 
 // h. Bad input through the API: INVALID_ARGUMENT naming the field, nothing
@@ -206,4 +207,51 @@ func FuzzSelector(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		apiserver.ParseSelectorForFuzz(s)
 	})
+}
+
+// Environment names that would break every process of a container (PATH,
+// LD_*) or that shoal sets itself are refused as sandbox env and as
+// provider credentials, at create and at update, naming the field; nothing
+// is written. HOME is allowed. (Hollow runtime: no engine needed.)
+func TestReservedEnvNamesRefused(t *testing.T) {
+	cfg := testenv.NodeConfig(t)
+	cfg.Runtime = node.RuntimeHollow
+	n := testenv.StartNode(t, cfg)
+	c := n.Client
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: "p"},
+		Type: shoalv1.ProviderType_GENERIC, Credentials: map[string]string{"TOKEN": "t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "SHOAL_SANDBOX", "SHOAL_WORKSPACE"} {
+		refused := func(what string, err error, field string) {
+			t.Helper()
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), field) || !strings.Contains(status.Convert(err).Message(), "reserved") {
+				t.Errorf("%s %s: %v; want INVALID_ARGUMENT naming %s as reserved", what, name, err, field)
+			}
+		}
+		_, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "s"},
+			Spec: &shoalv1.SandboxSpec{Env: map[string]string{name: "/x", "FINE": "v"}}}})
+		refused("sandbox env", err, "sandbox.spec.env["+name+"]")
+		_, err = c.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: "q"},
+			Type: shoalv1.ProviderType_GENERIC, Credentials: map[string]string{name: "/x"}}})
+		refused("provider create", err, "provider.credentials["+name+"]")
+		_, err = c.UpdateProvider(ctx, &shoalv1.UpdateProviderRequest{Provider: &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: "p"},
+			Credentials: map[string]string{"TOKEN": "t", name: "/x"}}, UpdateCredentials: true})
+		refused("provider update", err, "provider.credentials["+name+"]")
+	}
+	if sbs, err := c.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{}); err != nil || len(sbs.Items) != 0 {
+		t.Fatalf("refused creates stored sandboxes: %v %v", sbs.GetItems(), err)
+	}
+	if p, err := c.GetProvider(ctx, &shoalv1.GetProviderRequest{Name: "p"}); err != nil || len(p.Credentials) != 1 {
+		t.Fatalf("refused updates changed the provider: %v %v", p, err)
+	}
+	if ps, err := c.ListProviders(ctx, &shoalv1.ListProvidersRequest{}); err != nil || len(ps.Items) != 1 {
+		t.Fatalf("refused creates stored providers: %v %v", ps.GetItems(), err)
+	}
+	if _, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "home"},
+		Spec: &shoalv1.SandboxSpec{Env: map[string]string{"HOME": "/work", "LDX": "v", "MY_PATH": "v"}}}}); err != nil {
+		t.Fatalf("HOME, LDX and MY_PATH: %v", err)
+	}
 }
