@@ -2,6 +2,7 @@ package apiserver_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +12,10 @@ import (
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiserver"
+	"shoal/docker"
 	"shoal/internal/testenv"
 	"shoal/node"
+	"shoal/store"
 )
 
 // h. Bad input through the API: INVALID_ARGUMENT naming the field, nothing
@@ -254,4 +257,98 @@ func TestReservedEnvNamesRefused(t *testing.T) {
 		Spec: &shoalv1.SandboxSpec{Env: map[string]string{"HOME": "/work", "LDX": "v", "MY_PATH": "v"}}}}); err != nil {
 		t.Fatalf("HOME, LDX and MY_PATH: %v", err)
 	}
+}
+
+// Two providers of one sandbox that give the same credential are refused
+// at create and at attach, naming both and the key; a provider update that
+// adds a key another provider of one of its sandboxes gives is refused,
+// naming the sandbox; nothing is written. A clash that reaches the agent
+// anyway (written around the API) makes the sandbox ERROR, not a silent
+// choice. (Hollow runtime.)
+func TestCredentialClashRefused(t *testing.T) {
+	cfg := testenv.NodeConfig(t)
+	cfg.Runtime = node.RuntimeHollow
+	n := testenv.StartNode(t, cfg)
+	c := n.Client
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	mk := func(name string, creds map[string]string) {
+		t.Helper()
+		if _, err := c.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: name},
+			Type: shoalv1.ProviderType_GENERIC, Credentials: creds}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("a", map[string]string{"TOKEN": "from-a", "A": "a"})
+	mk("b", map[string]string{"TOKEN": "from-b", "B": "b"})
+	mk("c", map[string]string{"C": "c"})
+	refused := func(what string, err error, want ...string) {
+		t.Helper()
+		msg := status.Convert(err).Message()
+		if status.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("%s: %v; want FAILED_PRECONDITION", what, err)
+		}
+		for _, w := range want {
+			if !strings.Contains(msg, w) {
+				t.Fatalf("%s: %q does not say %s", what, msg, w)
+			}
+		}
+		for _, secret := range []string{"from-a", "from-b"} {
+			if strings.Contains(msg, secret) {
+				t.Fatalf("%s: the error holds a credential value: %s", what, msg)
+			}
+		}
+	}
+	sandbox := func(name string, provs ...string) *shoalv1.CreateSandboxRequest {
+		return &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: name}, Spec: &shoalv1.SandboxSpec{Providers: provs}}}
+	}
+	_, err := c.CreateSandbox(ctx, sandbox("both", "a", "b"))
+	refused("create with a and b", err, "sandbox.spec.providers", `"a"`, `"b"`, `"TOKEN"`)
+	if _, err := c.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "both"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("the refused create stored a sandbox: %v", err)
+	}
+	if _, err := c.CreateSandbox(ctx, sandbox("s", "a", "c")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.AttachProvider(ctx, &shoalv1.AttachProviderRequest{Name: "s", Provider: "b"})
+	refused("attach b to a sandbox with a", err, `"a"`, `"b"`, `"TOKEN"`)
+	if sb, err := c.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "s"}); err != nil || len(sb.Spec.Providers) != 2 {
+		t.Fatalf("after the refused attach: %v %v", sb.GetSpec().GetProviders(), err)
+	}
+	update := func(name string, creds map[string]string) error {
+		_, err := c.UpdateProvider(ctx, &shoalv1.UpdateProviderRequest{Provider: &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: name}, Credentials: creds}, UpdateCredentials: true})
+		return err
+	}
+	refused("c gains a's key A", update("c", map[string]string{"C": "c", "A": "x"}), "provider.credentials[A]", `sandbox "s"`, `provider "a"`)
+	if p, err := c.GetProvider(ctx, &shoalv1.GetProviderRequest{Name: "c"}); err != nil || len(p.Credentials) != 1 {
+		t.Fatalf("the refused update changed c: %v %v", p.GetCredentials(), err)
+	}
+	if err := update("c", map[string]string{"C": "c2", "D": "d"}); err != nil {
+		t.Fatalf("a key nobody else gives: %v", err)
+	}
+	if err := update("b", map[string]string{"TOKEN": "from-b", "B": "b", "A": "b"}); err != nil {
+		t.Fatalf("b is attached nowhere: %v", err)
+	}
+	// Around the API: c gains TOKEN in the store, and a sandbox with a and
+	// c is stored without the API's check; its agent refuses to choose.
+	st := n.Store()
+	if _, err := st.UpdateProvider(ctx, "default", "c", store.Preconditions{}, func(p *shoalv1.Provider) error {
+		p.Credentials["TOKEN"] = "from-c"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateSandboxOn(ctx, &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "raced"}, Spec: &shoalv1.SandboxSpec{Image: docker.DefaultImage, Providers: []string{"a", "c"}}, Status: &shoalv1.SandboxStatus{}},
+		store.Placement{}, ""); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the raced sandbox is ERROR", func() (bool, error) {
+		sb, err := c.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "raced"})
+		if err != nil {
+			return false, err
+		}
+		msg := sb.Status.GetMessage()
+		return sb.Status.GetPhase() == shoalv1.SandboxPhase_ERROR && strings.Contains(msg, `"TOKEN"`) && strings.Contains(msg, `"a"`) && strings.Contains(msg, `"c"`),
+			fmt.Errorf("phase %s: %s", sb.Status.GetPhase(), msg)
+	})
 }

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"maps"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -73,6 +74,17 @@ func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProvider
 				p.Type = in.Type
 			}
 			if req.UpdateCredentials {
+				var added []string
+				for _, k := range slices.Sorted(maps.Keys(in.Credentials)) {
+					if _, had := p.Credentials[k]; !had {
+						added = append(added, k)
+					}
+				}
+				if len(added) > 0 {
+					if err := s.attachedClash(ctx, p.Meta.Workspace, p.Meta.Name, added); err != nil {
+						return err
+					}
+				}
 				p.Credentials = maps.Clone(in.Credentials)
 			}
 			if req.UpdateConfig {
