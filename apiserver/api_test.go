@@ -352,3 +352,54 @@ func TestCredentialClashRefused(t *testing.T) {
 			fmt.Errorf("phase %s: %s", sb.Status.GetPhase(), msg)
 	})
 }
+
+// UpdateProvider keeps the stored annotations unless update_annotations is
+// set, whatever the request holds (as for labels, config and credentials),
+// and with it replaces them, validated like a create's.
+func TestUpdateProviderAnnotations(t *testing.T) {
+	cfg := testenv.NodeConfig(t)
+	cfg.Runtime = node.RuntimeHollow
+	n := testenv.StartNode(t, cfg)
+	c := n.Client
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{
+		Meta: &shoalv1.ObjectMeta{Name: "p", Annotations: map[string]string{"owner": "ml-team"}},
+		Type: shoalv1.ProviderType_GENERIC, Credentials: map[string]string{"TOKEN": "t"}}}); err != nil {
+		t.Fatal(err)
+	}
+	annotations := func() map[string]string {
+		t.Helper()
+		p, err := c.GetProvider(ctx, &shoalv1.GetProviderRequest{Name: "p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Meta.Annotations
+	}
+	up, err := c.UpdateProvider(ctx, &shoalv1.UpdateProviderRequest{UpdateLabels: true, Provider: &shoalv1.Provider{
+		Meta: &shoalv1.ObjectMeta{Name: "p", Labels: map[string]string{"tier": "a"}, Annotations: map[string]string{"ignored": "x"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := annotations(); len(got) != 1 || got["owner"] != "ml-team" || up.Meta.Annotations["owner"] != "ml-team" {
+		t.Fatalf("after a label update: %v (response %v); want the stored annotations kept", got, up.Meta.Annotations)
+	}
+	if _, err := c.UpdateProvider(ctx, &shoalv1.UpdateProviderRequest{UpdateAnnotations: true, Provider: &shoalv1.Provider{
+		Meta: &shoalv1.ObjectMeta{Name: "p", Annotations: map[string]string{"owner": "infra", "ticket": "OPS-12"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := annotations(); len(got) != 2 || got["owner"] != "infra" || got["ticket"] != "OPS-12" {
+		t.Fatalf("after update_annotations: %v; want them replaced", got)
+	}
+	_, err = c.UpdateProvider(ctx, &shoalv1.UpdateProviderRequest{UpdateAnnotations: true, Provider: &shoalv1.Provider{
+		Meta: &shoalv1.ObjectMeta{Name: "p", Annotations: map[string]string{"note": "a\x00b"}}}})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "provider.meta.annotations[note]") {
+		t.Fatalf("a NUL in an annotation: %v", err)
+	}
+	if _, err := c.UpdateProvider(ctx, &shoalv1.UpdateProviderRequest{UpdateAnnotations: true, Provider: &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: "p"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := annotations(); len(got) != 0 {
+		t.Fatalf("after update_annotations with none: %v; want none", got)
+	}
+}

@@ -93,6 +93,9 @@ func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProvider
 			if req.UpdateLabels {
 				p.Meta.Labels = maps.Clone(in.Meta.Labels)
 			}
+			if req.UpdateAnnotations {
+				p.Meta.Annotations = maps.Clone(in.Meta.Annotations)
+			}
 			// The request alone fits; with what it keeps of the stored
 			// provider (opened: the limit is on plaintext) it must fit too.
 			creds, err := s.cfg.Store.OpenCredentials(p)

@@ -2034,15 +2034,17 @@ type UpdateProviderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// meta.name and meta.workspace select the provider. Credentials, config,
 	// labels and annotations given here replace the stored ones when the
-	// matching update_* flag is set.
+	// matching update_* flag is set; without it the stored ones are kept,
+	// whatever the request holds.
 	Provider          *Provider `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
 	UpdateCredentials bool      `protobuf:"varint,2,opt,name=update_credentials,json=updateCredentials,proto3" json:"update_credentials,omitempty"`
 	UpdateConfig      bool      `protobuf:"varint,3,opt,name=update_config,json=updateConfig,proto3" json:"update_config,omitempty"`
 	UpdateLabels      bool      `protobuf:"varint,4,opt,name=update_labels,json=updateLabels,proto3" json:"update_labels,omitempty"`
 	// If non-zero, the update applies only at this resource_version.
-	ResourceVersion int64 `protobuf:"varint,5,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	ResourceVersion   int64 `protobuf:"varint,5,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	UpdateAnnotations bool  `protobuf:"varint,6,opt,name=update_annotations,json=updateAnnotations,proto3" json:"update_annotations,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *UpdateProviderRequest) Reset() {
@@ -2108,6 +2110,13 @@ func (x *UpdateProviderRequest) GetResourceVersion() int64 {
 		return x.ResourceVersion
 	}
 	return 0
+}
+
+func (x *UpdateProviderRequest) GetUpdateAnnotations() bool {
+	if x != nil {
+		return x.UpdateAnnotations
+	}
+	return false
 }
 
 type DeleteProviderRequest struct {
@@ -3750,13 +3759,14 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x12.shoal.v1.ProviderR\x05items\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12)\n" +
 	"\x10resource_version\x18\x03 \x01(\x03R\x0fresourceVersion\x12\x1a\n" +
-	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\xeb\x01\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\x9a\x02\n" +
 	"\x15UpdateProviderRequest\x12.\n" +
 	"\bprovider\x18\x01 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\x12-\n" +
 	"\x12update_credentials\x18\x02 \x01(\bR\x11updateCredentials\x12#\n" +
 	"\rupdate_config\x18\x03 \x01(\bR\fupdateConfig\x12#\n" +
 	"\rupdate_labels\x18\x04 \x01(\bR\fupdateLabels\x12)\n" +
-	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion\"\x9c\x01\n" +
+	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion\x12-\n" +
+	"\x12update_annotations\x18\x06 \x01(\bR\x11updateAnnotations\"\x9c\x01\n" +
 	"\x15DeleteProviderRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
