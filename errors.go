@@ -21,7 +21,7 @@ const (
 	KindFailedPrecondition      // the object's state forbids the request
 	KindInvalid                 // the request itself is malformed
 	KindUnavailable             // try again later (no leader, no Docker, ...)
-	KindGone                    // a watch asked for a compacted revision
+	KindGone                    // a watch asked for a revision out of range: compacted, or never reached
 	KindResourceExhausted       // a per-node cap (open streams) is reached; retry later
 	KindDataLoss                // a stored record does not decode; delete it by name
 	KindPermissionDenied        // the caller's role may not make this call

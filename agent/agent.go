@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -537,10 +539,15 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	defer func(start time.Time) { a.cfg.Metrics.Provision(time.Since(start)) }(time.Now())
 	env, secrets, err := a.environment(ctx, sb)
 	if err != nil {
+		reason := "ProviderUnavailable"
+		var clash *credentialClash
+		if errors.As(err, &clash) {
+			reason = "CredentialClash"
+		}
 		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 			st.Phase = shoalv1.SandboxPhase_ERROR
 			st.Message = err.Error()
-			store.SetCondition(st, "Provisioned", "False", "ProviderUnavailable", err.Error())
+			store.SetCondition(st, "Provisioned", "False", reason, err.Error())
 		})
 	}
 	if n := shoal.EnvBytes(env); n > shoal.MaxContainerEnvBytes {
@@ -639,13 +646,17 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 
 // environment is the container's env: the sandbox's spec.env, then each
 // provider's credentials (credentials win on a clash: a sandbox cannot
-// shadow the secret it was attached to). secrets are the credential
-// values, which must never reach an error or a status message.
+// shadow the secret it was attached to). Two providers that give the same
+// credential are an error naming both (the API refuses that at create,
+// attach and provider update; this catches a race between them). secrets
+// are the credential values, which must never reach an error or a status
+// message.
 func (a *Agent) environment(ctx context.Context, sb *shoalv1.Sandbox) (env, secrets []string, err error) {
 	vars := map[string]string{}
 	for k, v := range sb.GetSpec().GetEnv() {
 		vars[k] = v
 	}
+	from := map[string]string{}
 	for _, p := range sb.GetSpec().GetProviders() {
 		prov, err := a.cfg.Store.GetProvider(ctx, sb.Meta.Workspace, p)
 		if err != nil {
@@ -655,9 +666,13 @@ func (a *Agent) environment(ctx context.Context, sb *shoalv1.Sandbox) (env, secr
 		if err != nil {
 			return nil, nil, err
 		}
-		for k, v := range creds {
-			vars[k] = v
-			secrets = append(secrets, v)
+		for _, k := range slices.Sorted(maps.Keys(creds)) {
+			if o, ok := from[k]; ok {
+				return nil, nil, &credentialClash{key: k, providers: [2]string{o, p}}
+			}
+			from[k] = p
+			vars[k] = creds[k]
+			secrets = append(secrets, creds[k])
 		}
 	}
 	// The mark of an exec is the runtime's alone: a container that
@@ -671,6 +686,17 @@ func (a *Agent) environment(ctx context.Context, sb *shoalv1.Sandbox) (env, secr
 	}
 	sort.Strings(env)
 	return env, secrets, nil
+}
+
+// credentialClash: two providers of a sandbox give the same credential.
+type credentialClash struct {
+	key       string
+	providers [2]string
+}
+
+func (e *credentialClash) Error() string {
+	return fmt.Sprintf("providers %q and %q both give credential %q, and a container holds one value per name; remove it from one of them, or detach one, then create the sandbox again",
+		e.providers[0], e.providers[1], e.key)
 }
 
 func (a *Agent) syncStatus(ctx context.Context, sb *shoalv1.Sandbox) error {

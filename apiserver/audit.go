@@ -31,7 +31,8 @@ func audited(method string) bool {
 }
 
 // requestID is the call's request id: the create's own, the client's
-// header, or a new one; it is returned in the response header.
+// header (on a forwarded call: the forwarding node's, which is the call's
+// own id there), or a new one; it is returned in the response header.
 func requestID(ctx context.Context, req any) string {
 	id := ""
 	if r, ok := req.(interface{ GetRequestId() string }); ok {
@@ -45,6 +46,24 @@ func requestID(ctx context.Context, req any) string {
 	if id == "" {
 		id = uuid.NewString()
 	}
+	return id
+}
+
+// requestIDKey carries a call's request id in its context, so that a call
+// forwarded to a sandbox's owner carries it on (forward.go: owner) and both
+// nodes' audit lines show the same id.
+type requestIDKey struct{}
+
+func withRequestID(ctx context.Context, id string) context.Context {
+	if id == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+// requestIDOf is the request id of the call ctx serves, or "".
+func requestIDOf(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
 	return id
 }
 

@@ -13,7 +13,8 @@ import (
 // node's current key, one provider at a time through the update loop. The
 // list is read once, in pages of 100; a provider made after it is sealed
 // with the current key by its own write. A provider that fails is named in
-// the response and the others go on.
+// the response and the others go on; a corrupt record (one that does not
+// decode) is named among the skipped.
 func (s *ClusterServer) RotateEncryptionKey(ctx context.Context, req *shoalv1.RotateEncryptionKeyRequest) (*shoalv1.RotateEncryptionKeyResponse, error) {
 	if w := req.GetWorkspace(); w != "" && !store.IsName(w) {
 		return nil, shoal.GRPCStatus(shoal.Invalid("workspace", "%q is not a workspace name", w))
@@ -34,6 +35,9 @@ func (s *ClusterServer) RotateEncryptionKey(ctx context.Context, req *shoalv1.Ro
 		if err != nil {
 			return nil, shoal.GRPCStatus(err)
 		}
+		// Records that do not decode are skipped by the list; the report
+		// names them, or a rotation would look complete while they wait.
+		resp.Skipped = append(resp.Skipped, page.Warnings...)
 		for _, p := range page.Items {
 			changed, err := s.cfg.Store.RotateCredentials(ctx, p.Meta.Workspace, p.Meta.Name)
 			switch {
@@ -54,6 +58,6 @@ func (s *ClusterServer) RotateEncryptionKey(ctx context.Context, req *shoalv1.Ro
 		o = *page.Next
 		o.Revision = 0 // each page from the latest state: a rotation takes a while
 	}
-	s.log.Info("rotated provider credentials", "key", resp.Key, "rewritten", resp.Rewritten, "current", resp.Current, "failed", len(resp.Failed))
+	s.log.Info("rotated provider credentials", "key", resp.Key, "rewritten", resp.Rewritten, "current", resp.Current, "failed", len(resp.Failed), "skipped", len(resp.Skipped))
 	return resp, nil
 }

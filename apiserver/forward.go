@@ -134,7 +134,13 @@ func (s *Server) owner(ctx context.Context, sb *shoalv1.Sandbox) (*ownerCall, er
 	if err != nil {
 		return nil, err
 	}
-	return &ownerCall{node: node, client: c, ctx: metadata.AppendToOutgoingContext(ctx, forwardedBy, s.cfg.Node)}, nil
+	kv := []string{forwardedBy, s.cfg.Node}
+	if id := requestIDOf(ctx); id != "" {
+		// The owner takes it as its own (requestID): one id in both
+		// nodes' audit lines.
+		kv = append(kv, RequestIDHeader, id)
+	}
+	return &ownerCall{node: node, client: c, ctx: metadata.AppendToOutgoingContext(ctx, kv...)}, nil
 }
 
 // forwarded is a stream forwarded to an owner, as relay reads it.

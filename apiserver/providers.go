@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"maps"
+	"slices"
 
 	"google.golang.org/protobuf/proto"
 
@@ -73,6 +74,17 @@ func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProvider
 				p.Type = in.Type
 			}
 			if req.UpdateCredentials {
+				var added []string
+				for _, k := range slices.Sorted(maps.Keys(in.Credentials)) {
+					if _, had := p.Credentials[k]; !had {
+						added = append(added, k)
+					}
+				}
+				if len(added) > 0 {
+					if err := s.attachedClash(ctx, p.Meta.Workspace, p.Meta.Name, added); err != nil {
+						return err
+					}
+				}
 				p.Credentials = maps.Clone(in.Credentials)
 			}
 			if req.UpdateConfig {
@@ -80,6 +92,9 @@ func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProvider
 			}
 			if req.UpdateLabels {
 				p.Meta.Labels = maps.Clone(in.Meta.Labels)
+			}
+			if req.UpdateAnnotations {
+				p.Meta.Annotations = maps.Clone(in.Meta.Annotations)
 			}
 			// The request alone fits; with what it keeps of the stored
 			// provider (opened: the limit is on plaintext) it must fit too.

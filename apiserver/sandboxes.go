@@ -82,19 +82,26 @@ func (s *Server) admit(ctx context.Context, spec *shoalv1.SandboxSpec) error {
 
 // envFits refuses a sandbox whose container environment (env plus the
 // credentials of its providers, as they are now) would be too large for the
-// kernel to start its process. A provider rotated larger later is caught
-// by the agent, as ERROR. Missing providers are left to the store's own
-// check.
+// kernel to start its process, or whose providers give the same credential
+// (credentialClash). A provider rotated larger later is caught by the
+// agent, as ERROR. Missing providers are left to the store's own check.
 func (s *Server) envFits(ctx context.Context, w string, env map[string]string, providers []string, field string) error {
 	vars := maps.Clone(env)
 	if vars == nil {
 		vars = map[string]string{}
 	}
+	var provs []*shoalv1.Provider
 	for _, p := range providers {
 		prov, err := s.cfg.Store.GetProvider(ctx, w, p)
 		if err != nil {
 			continue
 		}
+		provs = append(provs, prov)
+	}
+	if err := credentialClash(field, provs); err != nil {
+		return err
+	}
+	for _, prov := range provs {
 		creds, err := s.cfg.Store.OpenCredentials(prov)
 		if err != nil {
 			return err // this node cannot open them: say so now
@@ -107,6 +114,64 @@ func (s *Server) envFits(ctx context.Context, w string, env map[string]string, p
 	}
 	if n := shoal.EnvBytes(list); n > shoal.MaxContainerEnvBytes {
 		return shoal.Invalid(field, "the container's environment would be %d bytes (env plus the credentials of its providers); at most %d fit", n, shoal.MaxContainerEnvBytes)
+	}
+	return nil
+}
+
+// credentialClash refuses providers (in attach order) of which two give
+// the same credential: a container's environment holds one value per name,
+// so the later provider's value would silently replace the earlier's.
+func credentialClash(field string, provs []*shoalv1.Provider) error {
+	owner := map[string]string{}
+	for _, p := range provs {
+		for _, k := range slices.Sorted(maps.Keys(p.GetCredentials())) {
+			if o, ok := owner[k]; ok && o != p.GetMeta().GetName() {
+				return shoal.FailedPrecondition("%s: providers %q and %q both give credential %q, and a container holds one value per name; remove it from one of them, or do not attach both",
+					field, o, p.GetMeta().GetName(), k)
+			}
+			owner[k] = p.GetMeta().GetName()
+		}
+	}
+	return nil
+}
+
+// attachedClash refuses credentials newly added to a provider when another
+// provider attached to one of its live sandboxes gives them too, naming
+// the sandbox: after its next start that sandbox's container would get one
+// of the two values at random. Read only when keys are added.
+func (s *Server) attachedClash(ctx context.Context, w, provider string, added []string) error {
+	sandboxes, err := s.cfg.Store.AttachedSandboxes(ctx, w, provider)
+	if err != nil {
+		return err
+	}
+	others := map[string]*shoalv1.Provider{}
+	for _, name := range sandboxes {
+		sb, err := s.cfg.Store.GetSandbox(ctx, w, name)
+		switch shoal.KindOf(err) {
+		case shoal.KindNotFound, shoal.KindDataLoss:
+			continue // gone meanwhile, or unreadable: it holds nothing
+		}
+		if err != nil {
+			return err
+		}
+		for _, q := range sb.GetSpec().GetProviders() {
+			if q == provider {
+				continue
+			}
+			other, seen := others[q]
+			if !seen {
+				if other, err = s.cfg.Store.GetProvider(ctx, w, q); err != nil && shoal.KindOf(err) != shoal.KindNotFound && shoal.KindOf(err) != shoal.KindDataLoss {
+					return err
+				}
+				others[q] = other
+			}
+			for _, k := range added {
+				if _, ok := other.GetCredentials()[k]; ok {
+					return shoal.FailedPrecondition("provider.credentials[%s]: sandbox %q has provider %q attached too, which gives credential %q, and a container holds one value per name; remove it from one of them, or detach one",
+						k, name, q, k)
+				}
+			}
+		}
 	}
 	return nil
 }

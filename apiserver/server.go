@@ -158,6 +158,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if audited(info.FullMethod) {
 		reqID = requestID(ctx, req)
 		_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, reqID))
+		ctx = withRequestID(ctx, reqID)
 	}
 	defer func() {
 		if r := recover(); r != nil {
@@ -215,7 +216,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 		return shoal.GRPCStatus(err)
 	}
 	defer release()
-	err = h(srv, &boundStream{ServerStream: first, ctx: ctx})
+	err = h(srv, &boundStream{ServerStream: first, ctx: withRequestID(ctx, reqID)})
 	if ss.Context().Err() == nil && errors.Is(context.Cause(ctx), errShuttingDown) {
 		// The client is still there: tell it why its stream ended.
 		err = errShuttingDown

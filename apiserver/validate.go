@@ -178,6 +178,25 @@ func validMeta(field string, m *shoalv1.ObjectMeta) error {
 	return validAnnotations(field+".annotations", m.Annotations)
 }
 
+// reservedEnv says why a variable name may not be given to a container
+// (as sandbox env or as a provider's credential), or "". Each of these
+// would break every process of the container, or be silently overwritten:
+// PATH replaces the image's search path (its commands are no longer
+// found), LD_* steer the dynamic loader of every program (LD_PRELOAD,
+// LD_LIBRARY_PATH, LD_AUDIT, ...), and SHOAL_SANDBOX and SHOAL_WORKSPACE are
+// set by shoal. HOME is allowed: it names a directory and breaks nothing.
+func reservedEnv(k string) string {
+	switch {
+	case k == "PATH":
+		return "it would replace the image's PATH, and the container's commands would not be found; set the search path in the image"
+	case strings.HasPrefix(k, "LD_"):
+		return "LD_* variables steer the dynamic loader of every program in the container (LD_PRELOAD, LD_LIBRARY_PATH, ...); set them in the image or in the command itself"
+	case k == "SHOAL_SANDBOX" || k == "SHOAL_WORKSPACE":
+		return "shoal sets it to the sandbox's own name or workspace"
+	}
+	return ""
+}
+
 func validEnvMap(field string, env map[string]string, max int) error {
 	if len(env) > max {
 		return shoal.Invalid(field, "%d entries; at most %d are allowed", len(env), max)
@@ -185,6 +204,9 @@ func validEnvMap(field string, env map[string]string, max int) error {
 	for k, v := range env {
 		if !envName.MatchString(k) || len(k) > 256 {
 			return shoal.Invalid(field, "%q is not a valid environment variable name (letters, digits and '_', not starting with a digit)", trunc(k))
+		}
+		if why := reservedEnv(k); why != "" {
+			return shoal.Invalid(fmt.Sprintf("%s[%s]", field, k), "%s is reserved: %s", k, why)
 		}
 		if len(v) > MaxEnvValue {
 			return shoal.Invalid(fmt.Sprintf("%s[%s]", field, k), "value is %d bytes; at most %d are allowed", len(v), MaxEnvValue)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/google/uuid"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -218,7 +219,10 @@ func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) c
 		op = t.h.begin(t.scn, id, kind, name)
 		_, err = c.CreateProvider(cctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{
 			Meta: &shoalv1.ObjectMeta{Name: name}, Type: shoalv1.ProviderType_GENERIC,
-			Credentials: map[string]string{"CHAOS_TOKEN": fmt.Sprintf("secret-%d", rng.IntN(1e6))}}})
+			// A credential name of its own: two providers that give the
+			// same one cannot be attached to one sandbox (the API refuses
+			// the clash), and the traffic means to attach several.
+			Credentials: map[string]string{"CHAOS_TOKEN_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_")): fmt.Sprintf("secret-%d", rng.IntN(1e6))}}})
 	case "provider-update":
 		name := t.providerName(rng)
 		op = t.h.begin(t.scn, id, kind, name)

@@ -70,7 +70,9 @@ of --encryption-key-file (every node needs the same file). To rotate:
 safe; one already under the current key is left alone, so running the command
 again finishes a rotation that stopped. Credentials stored in plaintext (before
 the cluster had a key file) are encrypted too. Only this workspace with
---workspace; all of them by default. Exit code 1 if any provider failed.`,
+--workspace; all of them by default. Provider records that do not decode
+(corrupt in etcd) are skipped and named, each with how to delete it. Exit code
+1 if any provider failed or was skipped.`,
 			Flags: []cli.Flag{
 				&cli.BoolFlag{Name: "all-workspaces", Value: true, Usage: "every workspace (--all-workspaces=false: only --workspace)"},
 			},
@@ -90,13 +92,24 @@ the cluster had a key file) are encrypted too. Only this workspace with
 				if a.out.format != formatTable {
 					return a.out.object(resp)
 				}
-				fmt.Fprintf(a.stdout, "key %s: %d providers re-encrypted, %d already under it, %d failed\n", resp.Key, resp.Rewritten, resp.Current, len(resp.Failed))
+				fmt.Fprintf(a.stdout, "key %s: %d providers re-encrypted, %d already under it, %d failed", resp.Key, resp.Rewritten, resp.Current, len(resp.Failed))
+				if len(resp.Skipped) > 0 {
+					fmt.Fprintf(a.stdout, ", %d corrupt skipped", len(resp.Skipped))
+				}
+				fmt.Fprintln(a.stdout)
 				for _, f := range resp.Failed {
 					fmt.Fprintf(a.stderr, "failed: %s\n", f)
 				}
-				if len(resp.Failed) > 0 {
-					return &exitError{code: ExitError, msg: fmt.Sprintf("%d providers were not re-encrypted", len(resp.Failed)),
+				for _, s := range resp.Skipped {
+					fmt.Fprintf(a.stderr, "skipped: %s\n", s)
+				}
+				switch {
+				case len(resp.Failed) > 0:
+					return &exitError{code: ExitError, msg: fmt.Sprintf("%d providers were not re-encrypted", len(resp.Failed)+len(resp.Skipped)),
 						hint: "fix what the lines above say (often: a node without the old key), then run the command again"}
+				case len(resp.Skipped) > 0:
+					return &exitError{code: ExitError, msg: fmt.Sprintf("%d corrupt provider records were skipped", len(resp.Skipped)),
+						hint: "nothing can re-encrypt a record that does not decode: delete each as its line says"}
 				}
 				return nil
 			},

@@ -14,6 +14,7 @@ import (
 	"shoal/apiserver"
 	"shoal/cli"
 	"shoal/internal/testenv"
+	"shoal/node"
 )
 
 type result struct {
@@ -244,5 +245,23 @@ func stopBinaryNode(t *testing.T, cmd *exec.Cmd) {
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("node did not stop within a minute of SIGTERM")
+	}
+}
+
+// `sandbox watch --since` a revision the cluster never reached fails after
+// the store's short wait (OUT_OF_RANGE, exit 1, saying to list again)
+// instead of waiting for ever.
+func TestWatchFromAFutureRevisionThroughBinary(t *testing.T) {
+	bin := testenv.Binary(t)
+	cfg := testenv.NodeConfig(t)
+	cfg.Runtime = node.RuntimeHollow
+	n := testenv.StartNode(t, cfg)
+	start := time.Now()
+	r := run(t, bin, n.Addr(), "sandbox", "watch", "--since", "99999999999").must(t, cli.ExitError, "watch from a future revision")
+	if !strings.Contains(r.stderr, "OutOfRange") || !strings.Contains(r.stderr, "99999999999 is ahead of the store") || !strings.Contains(r.stderr, "list again") {
+		t.Fatalf("watch from a future revision: stderr %s", r.stderr)
+	}
+	if took := time.Since(start); took > time.Minute {
+		t.Fatalf("the watch took %s to fail", took)
 	}
 }

@@ -97,6 +97,8 @@ installation's, 1 any other failure.`,
 				&cli.Int64Flag{Name: "sandbox-max-memory-mib", Usage: "refuse sandboxes asking for more memory than `MIB` (0: what the host has)"},
 				&cli.Int64Flag{Name: "sandbox-pids", Value: def.SandboxLimits.Pids, Usage: "at most `N` processes in a sandbox (1 or more: every sandbox is capped)"},
 				&cli.StringFlag{Name: "sandbox-network", Value: def.SandboxNetwork, Usage: "`NETWORK` sandboxes get: none (a loopback of their own) or bridge (the shoal-sandboxes bridge network: outbound traffic, no traffic between sandboxes); never the host's"},
+				&cli.Int64Flag{Name: "sandbox-log-max-mib", Value: def.SandboxLogMaxBytes >> 20, Usage: "rotate each sandbox's logs (its container's output, as the engine keeps it) at `MIB` (at least 1)"},
+				&cli.IntFlag{Name: "sandbox-log-files", Value: def.SandboxLogFiles, Usage: "keep `N` rotated log files per sandbox (at least 1): at most N × --sandbox-log-max-mib of each sandbox's output is kept"},
 				&cli.StringFlag{Name: "otlp-endpoint", Usage: "export OpenTelemetry traces over OTLP to the collector at `HOST:PORT` (off by default)"},
 				&cli.StringFlag{Name: "otlp-protocol", Value: tracing.ProtocolGRPC, Usage: "`PROTOCOL` of --otlp-endpoint: grpc (port 4317 by convention) or http/protobuf (POST /v1/traces, port 4318)"},
 				&cli.BoolFlag{Name: "otlp-insecure", Usage: "send to --otlp-endpoint without TLS (a collector on loopback)"},
@@ -173,6 +175,7 @@ installation's, 1 any other failure.`,
 				cfg.SandboxLimits = agent.Limits{DefaultCPUMillis: c.Int64("sandbox-cpu-millis"), MaxCPUMillis: c.Int64("sandbox-max-cpu-millis"),
 					DefaultMemoryBytes: c.Int64("sandbox-memory-mib") << 20, MaxMemoryBytes: c.Int64("sandbox-max-memory-mib") << 20, Pids: c.Int64("sandbox-pids")}
 				cfg.SandboxNetwork = c.String("sandbox-network")
+				cfg.SandboxLogMaxBytes, cfg.SandboxLogFiles = c.Int64("sandbox-log-max-mib")<<20, c.Int("sandbox-log-files")
 				cfg.WatchCache = c.Bool("watch-cache")
 				cfg.Runtime = c.String("runtime")
 				cfg.HollowLatency = c.Duration("hollow-latency")
@@ -226,6 +229,8 @@ after it expired (the node is remembered); Cordoned nodes take no new sandboxes.
 EngineUnavailable: the node's Docker engine has not answered for --engine-grace;
 placement skips it and its sandboxes are UNKNOWN until the engine is back
 (` + "`shoal node get NAME -o yaml`" + ` shows since when and why).
+CORRUPT: a registry record of the node in etcd does not decode; a warning line
+on stderr names its key, and ` + "`shoal node remove NAME`" + ` removes it.
 SANDBOXES is placed/capacity.`,
 		Action: func(c *cli.Context) error {
 			api, err := a.clusterArgs(c, 0, "")
@@ -353,7 +358,9 @@ or gone). Its sandboxes are deleted once the node's fence time (lease expiry
 plus the leader's --fence-margin) has passed, and the node leaves ` + "`node list`" + `
 when none is left. A Ready node is refused: stop it first, or drain it. If the
 node comes back before that, it is kept and removes those sandboxes' containers
-itself.`,
+itself. A CORRUPT node (its registry record does not decode) is removed the
+same way: a corrupt registry key at once, a corrupt info record once no sandbox
+names the node.`,
 		Action: func(c *cli.Context) error {
 			api, err := a.clusterArgs(c, 1, "NAME")
 			if err != nil {

@@ -1,12 +1,18 @@
 package cli_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"shoal/cli"
 	"shoal/internal/testenv"
+	"shoal/node"
 )
 
 // The node registry through the built binary: node list and get, cordon
@@ -70,4 +76,53 @@ func TestNodeCommandsThroughBinary(t *testing.T) {
 	if r.code != cli.ExitPrecondition || !strings.Contains(r.stderr, "held by a live node at "+ep) || strings.Count(strings.TrimSpace(r.stderr), "\n") > 1 {
 		t.Fatalf("duplicate node id: exit %d\n%s", r.code, r.stderr)
 	}
+}
+
+// Garbage under the node registry's keys in etcd: `node list` shows each
+// such node CORRUPT, a warning line naming its key; `node remove` takes a
+// corrupt registry key away at once and a corrupt info record once the
+// leader forgets it (hollow runtime: no engine needed).
+func TestCorruptNodeRecordsThroughBinary(t *testing.T) {
+	bin := testenv.Binary(t)
+	cfg := testenv.NodeConfig(t)
+	cfg.Runtime = node.RuntimeHollow
+	n := testenv.StartNode(t, cfg)
+	ep := n.Addr()
+	raw, err := clientv3.New(clientv3.Config{Endpoints: []string{n.EtcdEndpoint()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	for _, k := range []string{"/shoal/nodes/wreck", "/shoal/nodeinfo/ghost"} {
+		if _, err := raw.Put(context.Background(), k, "\x0a\xff\xff\xff\xff garbage"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := run(t, bin, ep, "node", "list").must(t, 0, "node list")
+	for _, name := range []string{"wreck", "ghost"} {
+		row := ""
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if strings.HasPrefix(l, name+" ") {
+				row = l
+			}
+		}
+		if !strings.Contains(row, "CORRUPT") {
+			t.Fatalf("node list: no CORRUPT row for %s:\n%s", name, r.stdout)
+		}
+	}
+	for _, want := range []string{"warning: node wreck: registry record \"/shoal/nodes/wreck\"", "warning: node ghost: registry record \"/shoal/nodeinfo/ghost\"", "shoal node remove ghost"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Fatalf("node list: stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	if !strings.Contains(r.stdout, cfg.ID) {
+		t.Fatalf("node list: the live node is missing:\n%s", r.stdout)
+	}
+	run(t, bin, ep, "node", "remove", "wreck").must(t, 0, "node remove wreck")
+	run(t, bin, ep, "node", "get", "wreck").must(t, cli.ExitNotFound, "node get wreck after remove")
+	run(t, bin, ep, "node", "remove", "ghost").must(t, 0, "node remove ghost")
+	testenv.Eventually(t, time.Minute, "the leader forgets ghost", func() (bool, error) {
+		r := run(t, bin, ep, "node", "list")
+		return r.code == 0 && !strings.Contains(r.stdout, "ghost") && r.stderr == "", fmt.Errorf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	})
 }

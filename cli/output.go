@@ -270,8 +270,16 @@ func (p printer) nodes(s shape, items ...*shoalv1.Node) error {
 	for _, n := range items {
 		st := n.GetStatus()
 		status := "NotReady"
-		if st.GetReady() {
+		switch {
+		case st.GetReady() && st.GetCorrupt() != "":
+			status = "Ready,CORRUPT"
+		case st.GetReady():
 			status = "Ready"
+		case st.GetCorrupt() != "":
+			status = "CORRUPT"
+		}
+		if st.GetCorrupt() != "" {
+			p.warnings([]string{fmt.Sprintf("node %s: %s; `shoal node remove %s` removes it", n.GetName(), st.GetCorrupt(), n.GetName())})
 		}
 		if st.GetCordoned() {
 			status += ",Cordoned"

@@ -1,6 +1,7 @@
 package cli_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,7 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"shoal/encryption"
 	"shoal/internal/testenv"
+	"shoal/node"
 )
 
 // The security commands through the built binary, in their documented
@@ -120,5 +125,48 @@ func TestSecurityCommandsThroughBinary(t *testing.T) {
 	}
 	if r := shoal("provider", "get", "nv", "-o", "json").must(t, 0, "provider get"); strings.Contains(r.stdout, secret) {
 		t.Fatalf("provider get shows the credential: %s", r.stdout)
+	}
+}
+
+// A rotation over a corrupt provider record names it (its key, and how to
+// delete it) among the skipped, exits 1, and re-encrypts the others.
+func TestRotationNamesCorruptRecords(t *testing.T) {
+	bin := testenv.Binary(t)
+	cfg := testenv.NodeConfig(t)
+	cfg.Runtime = node.RuntimeHollow
+	keys := filepath.Join(t.TempDir(), "keys.yaml")
+	k1, err := encryption.NewKeyFile(nil, "k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keys, k1, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.EncryptionKeyFile = keys
+	n := testenv.StartNode(t, cfg)
+	shoal := func(args ...string) result { t.Helper(); return run(t, bin, n.Addr(), args...) }
+	shoal("provider", "create", "good", "--type", "generic", "--credential", "TOKEN=t-good").must(t, 0, "provider create")
+	raw, err := clientv3.New(clientv3.Config{Endpoints: []string{n.EtcdEndpoint()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	key := n.Store().ProviderKey("default", "rotten")
+	if _, err := raw.Put(context.Background(), key, "\x0a\xff\xff\xff\xff garbage"); err != nil {
+		t.Fatal(err)
+	}
+	r := shoal("admin", "rotate-encryption-key").must(t, 1, "rotate over a corrupt record")
+	if !strings.Contains(r.stdout, "1 already under it, 0 failed, 1 corrupt skipped") {
+		t.Fatalf("rotate: stdout %s", r.stdout)
+	}
+	if !strings.Contains(r.stderr, "skipped: ") || !strings.Contains(r.stderr, key) || !strings.Contains(r.stderr, "shoal provider delete rotten") {
+		t.Fatalf("rotate: stderr %s; want the skipped record's key and how to delete it", r.stderr)
+	}
+	if r := shoal("admin", "rotate-encryption-key", "-o", "json").must(t, 0, "rotate -o json"); !strings.Contains(r.stdout, key) {
+		t.Fatalf("rotate -o json: %s; want the skipped record", r.stdout)
+	}
+	shoal("provider", "delete", "rotten").must(t, 0, "delete the corrupt record")
+	if r := shoal("admin", "rotate-encryption-key").must(t, 0, "rotate without it"); strings.Contains(r.stdout, "skipped") {
+		t.Fatalf("rotate without the corrupt record: %s", r.stdout)
 	}
 }

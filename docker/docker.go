@@ -50,6 +50,7 @@ type Runtime struct {
 	node    string
 	cluster string
 	network string // the sandboxes' network mode
+	logs    container.LogConfig
 	log     *slog.Logger
 	// token marks the execs this Runtime starts (ExecEnv), so that a
 	// later Runtime of the same node (the node restarted) can tell them
@@ -76,8 +77,20 @@ type Config struct {
 	// loopback of their own) or NetworkBridge (the shoal-made bridge
 	// network BridgeNetwork, without traffic between containers).
 	Network string
-	Logger  *slog.Logger
+	// LogMaxBytes and LogFiles bound what the engine keeps of a sandbox's
+	// output: json-file logs rotated at LogMaxBytes, LogFiles of them (0:
+	// DefaultLogMaxBytes, DefaultLogFiles). Without a bound a chatty
+	// sandbox fills the host's disk.
+	LogMaxBytes int64
+	LogFiles    int
+	Logger      *slog.Logger
 }
+
+// The default bound of a sandbox's logs: 3 files of 10 MiB.
+const (
+	DefaultLogMaxBytes = 10 << 20
+	DefaultLogFiles    = 3
+)
 
 // The networks a sandbox may get.
 const (
@@ -159,9 +172,21 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		cli.Close()
 		return nil, fmt.Errorf("--sandbox-network: %q is not %s or %s", cfg.Network, NetworkNone, NetworkBridge)
 	}
+	if cfg.LogMaxBytes < 0 || cfg.LogFiles < 0 {
+		cli.Close()
+		return nil, fmt.Errorf("--sandbox-log-max-mib, --sandbox-log-files: must not be negative")
+	}
+	if cfg.LogMaxBytes == 0 {
+		cfg.LogMaxBytes = DefaultLogMaxBytes
+	}
+	if cfg.LogFiles == 0 {
+		cfg.LogFiles = DefaultLogFiles
+	}
+	logs := container.LogConfig{Type: "json-file", Config: map[string]string{
+		"max-size": strconv.FormatInt(cfg.LogMaxBytes, 10), "max-file": strconv.Itoa(cfg.LogFiles)}}
 	var tok [8]byte
 	_, _ = rand.Read(tok[:]) // never fails (crypto/rand)
-	return &Runtime{cli: cli, node: cfg.Node, cluster: cfg.Cluster, network: network, log: cfg.Logger.With("subsystem", "docker"),
+	return &Runtime{cli: cli, node: cfg.Node, cluster: cfg.Cluster, network: network, logs: logs, log: cfg.Logger.With("subsystem", "docker"),
 		token: hex.EncodeToString(tok[:])}, nil
 }
 
@@ -286,8 +311,20 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 	if s.PidsLimit > 0 {
 		pids = &s.PidsLimit
 	}
+	res := container.Resources{NanoCPUs: s.CPUMillis * 1_000_000, Memory: s.MemoryBytes, PidsLimit: pids}
+	if s.MemoryBytes > 0 {
+		// Memory plus swap equal to memory: no swap. Docker's default
+		// (-1 → twice the memory) lets a sandbox use as much swap again
+		// as its limit, slowing the whole host instead of meeting the
+		// OOM killer.
+		res.MemorySwap = s.MemoryBytes
+	}
 	host := &container.HostConfig{
-		Resources: container.Resources{NanoCPUs: s.CPUMillis * 1_000_000, Memory: s.MemoryBytes, PidsLimit: pids},
+		Resources: res,
+		// The engine keeps a bounded tail of the sandbox's output
+		// (Config.LogMaxBytes, LogFiles): enough for `shoal sandbox logs`,
+		// never the host's disk.
+		LogConfig: r.logs,
 		// The node's network setting (none by default: sandboxes reach
 		// only what the operator wires up); never the host's.
 		NetworkMode: container.NetworkMode(r.network),

@@ -2,9 +2,11 @@ package docker_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"shoal/docker"
 	"shoal/internal/testenv"
@@ -52,6 +54,12 @@ func TestSandboxContainerIsHardened(t *testing.T) {
 	if h.Memory != 64<<20 || h.NanoCPUs != 500_000_000 {
 		t.Errorf("Memory %d, NanoCPUs %d", h.Memory, h.NanoCPUs)
 	}
+	if h.MemorySwap != h.Memory {
+		t.Errorf("MemorySwap %d, want the memory limit %d (no swap)", h.MemorySwap, h.Memory)
+	}
+	if lc := h.LogConfig; lc.Type != "json-file" || lc.Config["max-size"] != fmt.Sprint(docker.DefaultLogMaxBytes) || lc.Config["max-file"] != fmt.Sprint(docker.DefaultLogFiles) {
+		t.Errorf("LogConfig %+v, want json-file of %d bytes × %d files", lc, docker.DefaultLogMaxBytes, docker.DefaultLogFiles)
+	}
 	if !in.Config.NetworkDisabled {
 		t.Error("network none without NetworkDisabled: the engine makes an endpoint (Docker 20.10's libnetwork deadlocks on fast endpoint churn)")
 	}
@@ -82,4 +90,39 @@ func execOut(ctx context.Context, r *docker.Runtime, id string, cmd ...string) (
 	var out, errb strings.Builder
 	code, err := r.Exec(ctx, id, cmd, nil, &out, &errb)
 	return out.String() + errb.String(), code, err
+}
+
+// A sandbox that writes far more than its log bound keeps only about the
+// bound: 6 MB written, 2 files of 1 MiB kept; `sandbox logs` reads the
+// tail, the end marker included.
+func TestSandboxLogsAreBounded(t *testing.T) {
+	testenv.RequireDocker(t)
+	node := nodeID()
+	t.Cleanup(func() { testenv.RemoveNodeContainers(t, node) })
+	r, err := docker.New(context.Background(), docker.Config{Node: node, Cluster: "logs", LogMaxBytes: 1 << 20, LogFiles: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := spec("chatty")
+	s.Command = []string{"sh", "-c", "head -c 6000000 /dev/zero | tr '\\0' x | fold -w 1000; echo end-of-output; exec sleep 3600"}
+	id, err := r.Run(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept int
+	testenv.Eventually(t, time.Minute, "the sandbox wrote its output", func() (bool, error) {
+		var out, errb strings.Builder
+		if err := r.Logs(ctx, id, false, 0, &out, &errb); err != nil {
+			return false, err
+		}
+		kept = out.Len()
+		return strings.Contains(out.String(), "end-of-output"), fmt.Errorf("%d bytes so far", kept)
+	})
+	if kept > 2<<20 {
+		t.Fatalf("the engine keeps %d bytes of 6 MB written; want at most 2 files of 1 MiB", kept)
+	}
+	t.Logf("6 MB written, %d bytes kept", kept)
 }

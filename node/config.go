@@ -135,6 +135,10 @@ type Config struct {
 	// SandboxNetwork is the network sandboxes get: docker.NetworkNone (the
 	// default) or docker.NetworkBridge.
 	SandboxNetwork string
+	// SandboxLogMaxBytes and SandboxLogFiles bound what the engine keeps
+	// of each sandbox's output (docker.Config.LogMaxBytes, LogFiles).
+	SandboxLogMaxBytes int64
+	SandboxLogFiles    int
 	// MetricsListen, if set, serves Prometheus metrics (/metrics) and the
 	// health endpoints (/healthz, /readyz) there (package metrics).
 	MetricsListen string
@@ -236,6 +240,8 @@ func DefaultConfig() Config {
 		Runtime:             RuntimeDocker,
 		SandboxLimits:       agent.DefaultLimits(),
 		SandboxNetwork:      docker.NetworkNone,
+		SandboxLogMaxBytes:  docker.DefaultLogMaxBytes,
+		SandboxLogFiles:     docker.DefaultLogFiles,
 
 		// The API's connections before their handshake (connlimit).
 		MaxPendingConns:          connlimit.DefaultMaxPending,
@@ -372,6 +378,9 @@ func (c *Config) Validate() error {
 	case docker.NetworkNone, docker.NetworkBridge:
 	default:
 		return fmt.Errorf("--sandbox-network: %q is not %s or %s", c.SandboxNetwork, docker.NetworkNone, docker.NetworkBridge)
+	}
+	if c.SandboxLogMaxBytes < 1<<20 || c.SandboxLogFiles < 1 {
+		return fmt.Errorf("--sandbox-log-max-mib, --sandbox-log-files: at least 1 MiB and 1 file (a sandbox's logs are always bounded); got %d bytes, %d files", c.SandboxLogMaxBytes, c.SandboxLogFiles)
 	}
 	if c.LeaseTTL < time.Second {
 		return fmt.Errorf("--lease-ttl: %s is below the 1s minimum", c.LeaseTTL)

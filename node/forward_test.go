@@ -3,17 +3,24 @@ package node_test
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/apiserver"
+	"shoal/audit"
 	"shoal/internal/testenv"
+	"shoal/node"
 )
 
 // execThrough runs cmd in a sandbox through one node's API and returns
@@ -113,4 +120,95 @@ func TestExecAndLogsThroughANonOwner(t *testing.T) {
 	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), owner) || !strings.Contains(err.Error(), "NotReady") {
 		t.Fatalf("exec on a NotReady owner: %v", err)
 	}
+}
+
+// An exec forwarded to the sandbox's owner has one request id in both
+// nodes' audit lines (the forwarder's, returned to the client too), and a
+// client's own id is kept through the forward. (Hollow runtime, a voter
+// and a worker.)
+func TestForwardedCallKeepsItsRequestID(t *testing.T) {
+	fcfg := testenv.NodeConfig(t)
+	fcfg.Runtime = node.RuntimeHollow
+	fcfg.AuditLog = filepath.Join(t.TempDir(), "front-audit.log")
+	front := testenv.StartNode(t, fcfg)
+	ocfg := testenv.NodeConfig(t)
+	ocfg.ID += "-o"
+	ocfg.Runtime = node.RuntimeHollow
+	ocfg.EtcdEndpoints = []string{front.EtcdEndpoint()}
+	ocfg.AuditLog = filepath.Join(t.TempDir(), "owner-audit.log")
+	testenv.StartNode(t, ocfg)
+	ctx := ctxT(t, 2*time.Minute)
+	if _, err := front.Client.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
+		Meta: &shoalv1.ObjectMeta{Name: "far"}, Spec: &shoalv1.SandboxSpec{Node: ocfg.ID}}}); err != nil {
+		t.Fatal(err)
+	}
+	// execIDs runs an exec through the front node and returns the request
+	// id the client got back and the ids of the two nodes' Exec records.
+	execIDs := func(ctx context.Context, marker string) (string, string, string) {
+		t.Helper()
+		nFront, nOwner := len(execRecords(t, fcfg.AuditLog, "")), len(execRecords(t, ocfg.AuditLog, fcfg.ID))
+		stream, err := front.Client.Exec(ctx, &shoalv1.ExecRequest{Name: "far", Command: []string{"echo", marker}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			ch, err := stream.Recv()
+			if err != nil {
+				t.Fatalf("exec through the front node: %v", err)
+			}
+			if ch.Exited {
+				break
+			}
+		}
+		hdr, err := stream.Header()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := hdr.Get(apiserver.RequestIDHeader)
+		if len(got) != 1 {
+			t.Fatalf("response header %s: %v", apiserver.RequestIDHeader, got)
+		}
+		var frontID, ownerID string
+		testenv.Eventually(t, 30*time.Second, "both nodes audit the exec", func() (bool, error) {
+			frontRecs, ownerRecs := execRecords(t, fcfg.AuditLog, ""), execRecords(t, ocfg.AuditLog, fcfg.ID)
+			if len(frontRecs) <= nFront || len(ownerRecs) <= nOwner {
+				return false, fmt.Errorf("%d records on the front node, %d forwarded ones on the owner; %d and %d before", len(frontRecs), len(ownerRecs), nFront, nOwner)
+			}
+			frontID, ownerID = frontRecs[len(frontRecs)-1].RequestID, ownerRecs[len(ownerRecs)-1].RequestID
+			return true, nil
+		})
+		return got[0], frontID, ownerID
+	}
+	got, frontID, ownerID := execIDs(ctx, "one")
+	if frontID != got || ownerID != got {
+		t.Fatalf("request ids: the client got %q, the front node audited %q, the owner %q; want one id", got, frontID, ownerID)
+	}
+	got, frontID, ownerID = execIDs(metadata.AppendToOutgoingContext(ctx, apiserver.RequestIDHeader, "client-chosen-id"), "two")
+	if got != "client-chosen-id" || frontID != got || ownerID != got {
+		t.Fatalf("a client's request id: the client got %q, the front node audited %q, the owner %q; want client-chosen-id", got, frontID, ownerID)
+	}
+}
+
+// execRecords are the Exec records of an audit log; with by, only those
+// forwarded by that node, otherwise only those not forwarded.
+func execRecords(t *testing.T, path, by string) []audit.Record {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []audit.Record
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if line == "" {
+			continue
+		}
+		var r audit.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if strings.HasSuffix(r.Method, "/Exec") && r.ForwardedBy == by {
+			out = append(out, r)
+		}
+	}
+	return out
 }

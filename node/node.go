@@ -204,7 +204,8 @@ func (n *Node) Run(ctx context.Context) error {
 	var rt engine
 	if cfg.Runtime == RuntimeHollow {
 		rt = hollow.New(hollow.Config{Node: cfg.ID, Latency: cfg.HollowLatency})
-	} else if rt, err = docker.New(ctx, docker.Config{Host: cfg.DockerHost, Node: cfg.ID, Cluster: cluster, Network: cfg.SandboxNetwork, Logger: cfg.Logger}); err != nil {
+	} else if rt, err = docker.New(ctx, docker.Config{Host: cfg.DockerHost, Node: cfg.ID, Cluster: cluster, Network: cfg.SandboxNetwork,
+		LogMaxBytes: cfg.SandboxLogMaxBytes, LogFiles: cfg.SandboxLogFiles, Logger: cfg.Logger}); err != nil {
 		return noEngine(err)
 	}
 	defer rt.Close()

@@ -293,3 +293,22 @@ func TestProviderTerminatingUntilReleased(t *testing.T) {
 		t.Fatalf("provider still there: %v", err)
 	}
 }
+
+// Every sandbox's logs are bounded: a node refuses log bounds below 1 MiB
+// or 1 file, naming the flags.
+func TestSandboxLogBoundsAreRequired(t *testing.T) {
+	for _, tc := range []struct {
+		bytes int64
+		files int
+	}{{0, 3}, {10 << 20, 0}, {1 << 19, 3}, {-1, 3}} {
+		cfg := testenv.NodeConfig(t)
+		cfg.SandboxLogMaxBytes, cfg.SandboxLogFiles = tc.bytes, tc.files
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--sandbox-log-max-mib, --sandbox-log-files") {
+			t.Errorf("%d bytes × %d files: %v", tc.bytes, tc.files, err)
+		}
+	}
+	cfg := testenv.NodeConfig(t)
+	if err := cfg.Validate(); err != nil || cfg.SandboxLogMaxBytes != 10<<20 || cfg.SandboxLogFiles != 3 {
+		t.Fatalf("defaults: %d bytes × %d files, %v", cfg.SandboxLogMaxBytes, cfg.SandboxLogFiles, err)
+	}
+}

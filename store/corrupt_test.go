@@ -237,8 +237,10 @@ func FuzzRecordDecoder(f *testing.F) {
 }
 
 // The node registry's records, whatever their bytes: a record that does
-// not decode, or names no node, is left out of the list; the rest are
-// listed once each, in order, with a status; nothing panics.
+// not decode, or names another node than its key, is listed by its key's
+// id with status.corrupt set, and is Ready only if its registry key holds
+// a good record; nodes are listed once each, in order, with a status;
+// nothing panics.
 func FuzzNodeRecords(f *testing.F) {
 	good, err := proto.Marshal(&shoalv1.Node{Name: "n1", Address: "10.0.0.1:7443", Labels: map[string]string{"zone": "a", "shoal.dev/instance": "x"}, MaxSandboxes: 3})
 	if err != nil {
@@ -263,6 +265,10 @@ func FuzzNodeRecords(f *testing.F) {
 			}
 			if _, ok := n.Labels["shoal.dev/instance"]; ok {
 				t.Fatal("the instance label is listed")
+			}
+			var rec shoalv1.Node
+			if n.Status.Ready && (proto.Unmarshal(live, &rec) != nil || rec.Name != n.Name) {
+				t.Fatalf("node %s is Ready from a registry key that does not decode as it", n.Name)
 			}
 		}
 		_ = store.ParseLostForFuzz(lost) // an error or a time, never a panic

@@ -2,11 +2,13 @@ package store_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"sigs.k8s.io/yaml"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -324,5 +326,73 @@ func TestRotationUnderConcurrentWriters(t *testing.T) {
 	}
 	if rawHas(t, c, "t-0") || rawHas(t, c, "o-0") {
 		t.Fatal("a plaintext value in etcd")
+	}
+}
+
+// withoutKey is a key file's content with the key of that name left out.
+func withoutKey(t *testing.T, data []byte, name string) []byte {
+	t.Helper()
+	var f struct {
+		Current string              `json:"current"`
+		Keys    []map[string]string `json:"keys"`
+	}
+	if err := yaml.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	f.Keys = slices.DeleteFunc(f.Keys, func(k map[string]string) bool { return k["name"] == name })
+	out, err := yaml.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A key file without a retired key that stored credentials still use is
+// refused at start, naming the key and how many records need it; once the
+// rotation has re-sealed them all, the same file is admitted.
+func TestKeyRingLackingARetiredKeyInUse(t *testing.T) {
+	c, _ := testenv.Etcd(t)
+	ctx := ctxT(t)
+	with := func(r *encryption.KeyRing) *store.Store { return store.New(c, store.Options{Keys: r}) }
+	file1, r1 := ring(t, nil, "k1")
+	if err := with(r1).AdmitKeyRing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b", "c"} {
+		creds := map[string]string{"TOKEN": "t-" + name, "OTHER": "o-" + name}
+		if name == "c" {
+			creds = nil // nothing sealed: needs no key
+		}
+		if _, err := with(r1).CreateProvider(ctx, &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: name}, Type: shoalv1.ProviderType_GENERIC, Credentials: creds}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file12, r12 := ring(t, file1, "k2")
+	if err := with(r12).BeginRotation(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Only "a" is re-sealed: the rotation stopped half-way.
+	if _, err := with(r12).RotateCredentials(ctx, "default", "a"); err != nil {
+		t.Fatal(err)
+	}
+	only2, err := encryption.Parse(withoutKey(t, file12, "k1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fp, _ := only2.Fingerprint("k2"); fp != func() string { f, _ := r12.Fingerprint("k2"); return f }() {
+		t.Fatal("the test's k2-only ring holds another k2")
+	}
+	err = with(only2).AdmitKeyRing(ctx)
+	if shoal.KindOf(err) != shoal.KindFailedPrecondition || !strings.Contains(err.Error(), `lacks key "k1"`) || !strings.Contains(err.Error(), "1 provider record(s)") {
+		t.Fatalf("a ring without k1 while b is sealed with it: %v; want FAILED_PRECONDITION naming k1 and 1 record", err)
+	}
+	if err := with(r12).AdmitKeyRing(ctx); err != nil {
+		t.Fatalf("the ring with both keys: %v", err)
+	}
+	if _, err := with(r12).RotateCredentials(ctx, "default", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := with(only2).AdmitKeyRing(ctx); err != nil {
+		t.Fatalf("a ring without k1 once nothing is sealed with it: %v", err)
 	}
 }

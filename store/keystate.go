@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"shoal"
+	"shoal/encryption"
 )
 
 // The cluster's encryption state: which key seals provider credentials,
@@ -64,8 +65,61 @@ func (s *Store) AdmitKeyRing(ctx context.Context) error {
 			}
 			continue // another node recorded its key first: check against it
 		}
-		return s.fits(st)
+		if err := s.fits(st); err != nil {
+			return err
+		}
+		return s.retiredInUse(ctx, st)
 	}
+}
+
+// retiredInUse refuses a ring that lacks a retired key which stored
+// credentials are still sealed with: the node could not open them (a
+// rotation that stopped half-way, or one whose failures were not fixed).
+// Providers are read only when the ring lacks a retired key, so a node
+// whose file keeps every key pays nothing; registrations (RegisterNode)
+// do not repeat it.
+func (s *Store) retiredInUse(ctx context.Context, st keyState) error {
+	var missing []string
+	for _, k := range st.Retired {
+		if _, ok := s.keys.Fingerprint(k); !ok {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	uses := map[string]int{}
+	first := map[string]string{}
+	o := ListOptions{Limit: 500}
+	for {
+		page, err := s.ListProviders(ctx, "", o, nil)
+		if err != nil {
+			return err
+		}
+		for _, p := range page.Items {
+			seen := map[string]bool{}
+			for _, v := range p.Credentials {
+				if k, ok := encryption.KeyOf(v); ok && slices.Contains(missing, k) && !seen[k] {
+					seen[k] = true
+					uses[k]++
+					if first[k] == "" {
+						first[k] = p.Meta.Workspace + "/" + p.Meta.Name
+					}
+				}
+			}
+		}
+		if page.Next == nil {
+			break
+		}
+		o = *page.Next
+	}
+	for _, k := range missing {
+		if n := uses[k]; n > 0 {
+			return shoal.FailedPrecondition("this node's --encryption-key-file lacks key %q, which the cluster rotated away from, and %d provider record(s) are still sealed with it (%s first): this node could not open them; keep the key in the file until `shoal admin rotate-encryption-key` re-encrypts them all",
+				k, n, first[k])
+		}
+	}
+	return nil
 }
 
 func (s *Store) fits(st keyState) error {
@@ -151,6 +205,12 @@ func (s *Store) BeginRotation(ctx context.Context) error {
 		}
 		var differ []string
 		for _, n := range nodesFrom(resp.Responses[1].GetResponseRange().GetKvs(), resp.Responses[2].GetResponseRange().GetKvs(), nil, nil, s.k.prefix) {
+			if n.Status.Corrupt != "" && !n.Status.Ready {
+				// Which key it seals with cannot be read: as a NotReady
+				// node, it may come back.
+				differ = append(differ, n.Name+" (a corrupt registry record: `shoal node remove "+n.Name+"`)")
+				continue
+			}
 			if k := n.EncryptionKey; k != s.keys.ID() {
 				if k == "" {
 					k = "no key file"

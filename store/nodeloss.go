@@ -217,8 +217,19 @@ func SetCondition(st *shoalv1.SandboxStatus, typ, status, reason, msg string) {
 // records the request, comparing the node's registry key absent. The caller
 // then deletes the node's sandboxes; the leader removes the node's keys
 // once none is left (CompleteForget). A Ready node is refused.
+//
+// A registry key (nodes/<id>) that does not decode is no node's
+// registration (a node writes its own, and cannot register over one it
+// cannot read): it is deleted first, in a Txn comparing its ModRevision
+// as read. A corrupt info key (nodeinfo/<id>) goes the way of any NotReady
+// node's: its sandboxes may have containers, so it is forgotten once none
+// names the node.
 func (s *Store) ForgetNode(ctx context.Context, id string) error {
 	key, info := s.k.node(id), s.k.nodeInfo(id)
+	removed, err := s.removeCorruptRegistration(ctx, id)
+	if err != nil {
+		return err
+	}
 	resp, err := s.txn(ctx, "forget node", s.k.forget(id), []clientv3.Cmp{
 		clientv3.Compare(clientv3.CreateRevision(key), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(info), ">", 0),
@@ -232,7 +243,39 @@ func (s *Store) ForgetNode(ctx context.Context, id string) error {
 	if len(resp.Responses[0].GetResponseRange().GetKvs()) > 0 {
 		return shoal.FailedPrecondition("node %q is Ready: only a NotReady node can be removed: stop it first (`shoal node drain %s --delete` moves its sandboxes off before that)", id, id)
 	}
+	if removed {
+		return nil // the corrupt registry key was all there was
+	}
 	return shoal.NotFound("node %q not found; `shoal node list` shows the known nodes", id)
+}
+
+// removeCorruptRegistration deletes the node's registry key if it does not
+// decode, comparing its ModRevision as read (a registration that replaced
+// it meanwhile is kept). It reports whether it deleted one.
+func (s *Store) removeCorruptRegistration(ctx context.Context, id string) (bool, error) {
+	key := s.k.node(id)
+	for {
+		resp, err := s.c.Get(ctx, key)
+		if err != nil {
+			return false, etcdErr(ctx, err)
+		}
+		if len(resp.Kvs) == 0 {
+			return false, nil
+		}
+		kv := resp.Kvs[0]
+		if _, err := decodeNode(kv); err == nil {
+			return false, nil
+		}
+		tx, err := s.txn(ctx, "remove corrupt registration", key, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)},
+			[]clientv3.Op{clientv3.OpDelete(key)}, nil)
+		if err != nil {
+			return false, err
+		}
+		if tx.Succeeded {
+			s.log.Warn("removed corrupt node registration", "key", key, "revision", kv.ModRevision)
+			return true, nil
+		}
+	}
 }
 
 // Forgetting returns the ids of the nodes `shoal node remove` was asked to

@@ -136,8 +136,10 @@ func (s *Store) RegisterNode(ctx context.Context, r Registration, lease clientv3
 		if len(kvs) == 0 {
 			continue // expired meanwhile, the info or the encryption record changed
 		}
-		var holder shoalv1.Node
-		_ = proto.Unmarshal(kvs[0].Value, &holder)
+		holder, herr := decodeNode(kvs[0])
+		if herr != nil {
+			return shoal.FailedPrecondition("node id %q: %v; `shoal node remove %s` removes it", n.Name, herr, n.Name)
+		}
 		if holder.Labels[instanceLabel] != r.Instance || attempt > 2 {
 			return idTaken("node id %q is held by a live node at %s (started %s); give this node another --node-id, or stop that one",
 				n.Name, holder.Address, holder.StartedAt.AsTime().Format("2006-01-02 15:04:05Z07:00"))
@@ -320,22 +322,54 @@ func (s *Store) GetNode(ctx context.Context, id string) (*shoalv1.Node, error) {
 	return n, nil
 }
 
+// decodeNode reads a registry record (nodes/<id> or nodeinfo/<id>). One
+// that does not decode, or names another node than its key, is corrupt:
+// the error says which key and why.
+func decodeNode(kv *mvccpb.KeyValue) (*shoalv1.Node, error) {
+	var n shoalv1.Node
+	why := ""
+	if err := proto.Unmarshal(kv.Value, &n); err != nil {
+		why = err.Error()
+	} else if id := lastSegment(string(kv.Key)); n.Name != id {
+		why = fmt.Sprintf("it names node %q, not %q", n.Name, id)
+	}
+	if why != "" {
+		return nil, shoal.DataLoss("registry record %q (revision %d) is corrupt: %s", kv.Key, kv.ModRevision, why)
+	}
+	return &n, nil
+}
+
+// nodesFrom builds the nodes of the registry's records. A node whose
+// record is corrupt is listed by the id in its key with status.corrupt
+// set; while its registry key (nodes/<id>) is corrupt it is not Ready, so
+// placement skips it, and RemoveNode (ForgetNode) removes the record.
 func nodesFrom(infos, live, cordons, placed []*mvccpb.KeyValue, prefix string) []*shoalv1.Node {
 	byName := map[string]*shoalv1.Node{}
+	corrupt := map[string]string{}
 	add := func(kv *mvccpb.KeyValue, ready bool) {
-		var n shoalv1.Node
-		if proto.Unmarshal(kv.Value, &n) != nil || n.Name == "" {
+		n, err := decodeNode(kv)
+		if err != nil {
+			id := lastSegment(string(kv.Key))
+			corrupt[id] = err.Error()
 			return
 		}
 		delete(n.Labels, instanceLabel)
 		n.Status = &shoalv1.NodeStatus{Ready: ready}
-		byName[n.Name] = &n
+		byName[n.Name] = n
 	}
 	for _, kv := range infos {
 		add(kv, false)
 	}
 	for _, kv := range live {
 		add(kv, true)
+	}
+	for id, why := range corrupt {
+		n := byName[id]
+		if n == nil {
+			n = &shoalv1.Node{Name: id, Status: &shoalv1.NodeStatus{}}
+			byName[id] = n
+		}
+		n.Status.Corrupt = why
 	}
 	for _, kv := range cordons {
 		if n := byName[lastSegment(string(kv.Key))]; n != nil {
@@ -538,6 +572,8 @@ func fitting(nodes []*shoalv1.Node, p Placement, sb *shoalv1.Sandbox) ([]*shoalv
 			continue
 		}
 		switch {
+		case !n.Status.Ready && n.Status.Corrupt != "":
+			why = append(why, n.Name+"'s registry record is corrupt")
 		case !n.Status.Ready:
 			why = append(why, n.Name+" not ready")
 		case n.Status.Cordoned:

@@ -568,3 +568,70 @@ func TestRegistrationBelongsToItsInstallation(t *testing.T) {
 		t.Fatalf("a new installation once the node was removed: %v", err)
 	}
 }
+
+// A registry record that does not decode is listed by the id in its key,
+// with status.corrupt naming the key; a corrupt registry key is no Ready
+// node (placement skips it, saying why), blocks its id's registration with
+// an error naming the record, and ForgetNode deletes it at once; a corrupt
+// info record is forgotten as a NotReady node is.
+func TestCorruptNodeRecords(t *testing.T) {
+	s, c := newStore(t)
+	ctx := ctxT(t)
+	register(t, s, c, "good", 0, nil)
+	garbage := "\x0a\xff\xff\xff\xff garbage"
+	for _, k := range []string{"/shoal/nodes/wreck", "/shoal/nodeinfo/ghost"} {
+		if _, err := c.Put(ctx, k, garbage); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nodes, err := s.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*shoalv1.Node{}
+	for _, n := range nodes {
+		byName[n.Name] = n
+	}
+	for name, key := range map[string]string{"wreck": "/shoal/nodes/wreck", "ghost": "/shoal/nodeinfo/ghost"} {
+		n := byName[name]
+		if n == nil || n.Status.Ready || !strings.Contains(n.Status.Corrupt, key) {
+			t.Fatalf("node %s: %v; want listed, not Ready, corrupt naming %s", name, n, key)
+		}
+	}
+	if g := byName["good"]; g == nil || !g.Status.Ready || g.Status.Corrupt != "" {
+		t.Fatalf("the good node: %v", g)
+	}
+	if n, err := s.GetNode(ctx, "wreck"); err != nil || n.Status.Corrupt == "" {
+		t.Fatalf("get the corrupt node: %v %v", n, err)
+	}
+	_, err = s.CreateSandboxOn(ctx, sandbox("pinned"), store.Placement{Node: "wreck"}, "")
+	if shoal.KindOf(err) != shoal.KindFailedPrecondition || !strings.Contains(err.Error(), "wreck's registry record is corrupt") {
+		t.Fatalf("a sandbox pinned to the corrupt node: %v", err)
+	}
+	l, err := c.Grant(ctx, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.RegisterNode(ctx, store.Registration{Node: &shoalv1.Node{Name: "wreck", Address: "wreck:7443"}, Instance: "wreck"}, l.ID)
+	if err == nil || !strings.Contains(err.Error(), "/shoal/nodes/wreck") || !strings.Contains(err.Error(), "shoal node remove wreck") {
+		t.Fatalf("registering over a corrupt registry key: %v", err)
+	}
+	if err := s.ForgetNode(ctx, "wreck"); err != nil {
+		t.Fatalf("forget the corrupt registration: %v", err)
+	}
+	if _, err := s.GetNode(ctx, "wreck"); shoal.KindOf(err) != shoal.KindNotFound {
+		t.Fatalf("the corrupt registration after ForgetNode: %v", err)
+	}
+	if err := s.ForgetNode(ctx, "ghost"); err != nil {
+		t.Fatalf("forget the corrupt info record: %v", err)
+	}
+	if gone, _, err := s.CompleteForget(ctx, "ghost", nil); err != nil || !gone {
+		t.Fatalf("complete forgetting the corrupt info record: %v %v", gone, err)
+	}
+	if n := placed(t, s); len(n) != 1 {
+		t.Fatalf("nodes left: %v; want only good", n)
+	}
+	if err := s.RegisterNode(ctx, store.Registration{Node: &shoalv1.Node{Name: "wreck", Address: "wreck:7443"}, Instance: "wreck"}, l.ID); err != nil {
+		t.Fatalf("registering once the corrupt key is gone: %v", err)
+	}
+}

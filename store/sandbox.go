@@ -187,6 +187,12 @@ func (s *Store) AttachProvider(ctx context.Context, ws, name, provider string) (
 	})
 }
 
+// AttachedSandboxes names the live sandboxes of a workspace that a
+// provider is attached to (its attach/ keys), sorted.
+func (s *Store) AttachedSandboxes(ctx context.Context, ws, provider string) ([]string, error) {
+	return s.keyNames(ctx, s.k.attachments(ws, provider))
+}
+
 // DetachProvider removes a provider from a sandbox and deletes its
 // attachment key in the same Txn.
 func (s *Store) DetachProvider(ctx context.Context, ws, name, provider string) (*shoalv1.Sandbox, error) {

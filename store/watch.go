@@ -26,7 +26,8 @@ type Event[T any] struct {
 // WatchSandboxes streams sandbox changes in a workspace ("" for all), or of
 // one sandbox when name is set, after revision fromRev. With fromRev 0 the
 // current state comes first as ADDED events. The channel closes when ctx
-// ends; a compacted fromRev yields a terminal KindGone error. Records that
+// ends; a compacted fromRev yields a terminal KindGone error, and so does
+// one the store has not reached within FutureRevisionWait. Records that
 // do not decode are skipped (and logged once); the deletion of one is a
 // DELETED event whose object carries only its name and workspace.
 func (s *Store) WatchSandboxes(ctx context.Context, ws, name string, fromRev int64) <-chan Event[*shoalv1.Sandbox] {
@@ -59,10 +60,60 @@ func (s *Store) WatchProviders(ctx context.Context, fromRev int64) <-chan Event[
 	return watch(ctx, s, providerCodec, s.k.allProviders(), true, fromRev, nil)
 }
 
+// FutureRevisionWait is how long a watch from a revision the store has
+// not reached yet waits for it before it ends with KindGone (OUT_OF_RANGE),
+// as Kubernetes answers "Too large resource version" after a wait of 3 s.
+// Without it such a watch would hang: etcd, and the watch cache, wait for
+// that revision for ever, and one from another cluster or a typo never comes.
+var FutureRevisionWait = 3 * time.Second
+
+// reached returns once the store has reached rev, or KindGone after
+// FutureRevisionWait. A revision the watch cache has applied needs no
+// round trip; otherwise etcd's current revision is read (linearizable,
+// so a revision any client was given is never ahead of it).
+func reached[T object](ctx context.Context, s *Store, k *kindCache[T], rev int64) error {
+	if k != nil && k.isListed() && rev <= k.appliedRev() {
+		return nil
+	}
+	deadline := time.Now().Add(FutureRevisionWait)
+	pause := 50 * time.Millisecond
+	for {
+		resp, err := s.c.Get(ctx, s.k.clusterID(), clientv3.WithCountOnly())
+		if err != nil {
+			return etcdErr(ctx, err)
+		}
+		cur := resp.Header.Revision
+		if rev <= cur {
+			return nil
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return shoal.Gone("resource_version %d is ahead of the store (at revision %d after %s): this cluster never gave it out; list again and watch from the list's resource_version", rev, cur, FutureRevisionWait)
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctxErr(ctx)
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
+}
+
 // watch streams the changes of key (a prefix if prefix) after fromRev;
 // keep, if set, drops the events whose object it refuses (it must not
-// change what it is given).
+// change what it is given). A fromRev the store has not reached ends the
+// watch with KindGone after FutureRevisionWait (reached).
 func watch[T object](ctx context.Context, s *Store, c codec[T], key string, prefix bool, fromRev int64, keep func(T) bool) <-chan Event[T] {
+	if fromRev > 0 {
+		if err := reached(ctx, s, kindOf(s, c), fromRev); err != nil {
+			out := make(chan Event[T], 1)
+			out <- Event[T]{Err: err}
+			close(out)
+			return out
+		}
+	}
 	if k := kindOf(s, c); k != nil {
 		if ch, ok := k.serveWatch(ctx, key, prefix, fromRev, keep); ok {
 			return ch

@@ -158,3 +158,68 @@ func TestCompactedContinuationIsGone(t *testing.T) {
 		t.Fatalf("continuation after compaction: %v, want Gone", err)
 	}
 }
+
+// A watch from a revision the store has not reached (another cluster's, or
+// a typo) ends with KindGone after FutureRevisionWait instead of waiting for
+// ever, from etcd and from the watch cache alike; one from a revision that
+// is reached during the wait goes on as usual.
+func TestWatchFromAFutureRevisionIsGone(t *testing.T) {
+	plain, c := newStore(t)
+	cached, _, _ := cachedNode(t, c.Endpoints()[0])
+	ctx := ctxT(t)
+	sb, err := plain.CreateSandbox(ctx, sandbox("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*store.Store{"etcd": plain, "cache": cached} {
+		t.Run(name, func(t *testing.T) {
+			far := sb.Meta.ResourceVersion + 1_000_000
+			start := time.Now()
+			ch := s.WatchSandboxes(ctx, "", "", far)
+			var got store.Event[*shoalv1.Sandbox]
+			select {
+			case got = <-ch:
+			case <-time.After(time.Minute):
+				t.Fatal("a watch from a future revision still waits after a minute")
+			}
+			if shoal.KindOf(got.Err) != shoal.KindGone || !strings.Contains(got.Err.Error(), fmt.Sprint(far)) {
+				t.Fatalf("watch from revision %d: %+v; want KindGone naming it", far, got)
+			}
+			if took := time.Since(start); took < store.FutureRevisionWait {
+				t.Fatalf("refused after %s, before the wait of %s", took, store.FutureRevisionWait)
+			}
+			if _, open := <-ch; open {
+				t.Fatal("the channel stayed open after the terminal error")
+			}
+			// The next revision, written while the watch waits for it.
+			cur, err := c.Get(ctx, "x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := cur.Header.Revision + 1
+			written := make(chan error, 1)
+			go func() { _, err := c.Put(ctx, "/elsewhere/"+name, "v"); written <- err }()
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			ch = s.WatchSandboxes(wctx, "", "", next)
+			if err := <-written; err != nil {
+				t.Fatal(err)
+			}
+			up, err := plain.UpdateSandbox(ctx, "default", "a", store.Preconditions{}, func(sb *shoalv1.Sandbox) error {
+				sb.Meta.Labels["w"] = name
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case ev := <-ch:
+				if ev.Err != nil || ev.Revision != up.Meta.ResourceVersion {
+					t.Fatalf("watch from the next revision: %+v; want the update at %d", ev, up.Meta.ResourceVersion)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("no event from the watch from the next revision")
+			}
+		})
+	}
+}

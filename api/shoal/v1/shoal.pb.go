@@ -1304,7 +1304,9 @@ type WatchSandboxesRequest struct {
 	// Only this sandbox, if set.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// Events after this resource_version. 0 means: current state first (as
-	// ADDED events), then changes.
+	// ADDED events), then changes. One compacted away, or one the cluster
+	// has not reached within 3 s, ends the stream with OUT_OF_RANGE: list
+	// again and watch from the list's resource_version.
 	ResourceVersion int64 `protobuf:"varint,3,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
@@ -2032,15 +2034,17 @@ type UpdateProviderRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// meta.name and meta.workspace select the provider. Credentials, config,
 	// labels and annotations given here replace the stored ones when the
-	// matching update_* flag is set.
+	// matching update_* flag is set; without it the stored ones are kept,
+	// whatever the request holds.
 	Provider          *Provider `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
 	UpdateCredentials bool      `protobuf:"varint,2,opt,name=update_credentials,json=updateCredentials,proto3" json:"update_credentials,omitempty"`
 	UpdateConfig      bool      `protobuf:"varint,3,opt,name=update_config,json=updateConfig,proto3" json:"update_config,omitempty"`
 	UpdateLabels      bool      `protobuf:"varint,4,opt,name=update_labels,json=updateLabels,proto3" json:"update_labels,omitempty"`
 	// If non-zero, the update applies only at this resource_version.
-	ResourceVersion int64 `protobuf:"varint,5,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	ResourceVersion   int64 `protobuf:"varint,5,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	UpdateAnnotations bool  `protobuf:"varint,6,opt,name=update_annotations,json=updateAnnotations,proto3" json:"update_annotations,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *UpdateProviderRequest) Reset() {
@@ -2106,6 +2110,13 @@ func (x *UpdateProviderRequest) GetResourceVersion() int64 {
 		return x.ResourceVersion
 	}
 	return 0
+}
+
+func (x *UpdateProviderRequest) GetUpdateAnnotations() bool {
+	if x != nil {
+		return x.UpdateAnnotations
+	}
+	return false
 }
 
 type DeleteProviderRequest struct {
@@ -2396,7 +2407,12 @@ type NodeStatus struct {
 	// Sandboxes placed on the node.
 	Sandboxes int32 `protobuf:"varint,3,opt,name=sandboxes,proto3" json:"sandboxes,omitempty"`
 	// When the node was last known to hold its lease (for NotReady nodes).
-	LastSeen      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	LastSeen *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	// Set when a registry record of this node does not decode (corrupt in
+	// etcd): its key and why. Only the name is known of such a node; it
+	// takes no sandboxes while its registration is unreadable, and
+	// RemoveNode removes the record.
+	Corrupt       string `protobuf:"bytes,5,opt,name=corrupt,proto3" json:"corrupt,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2457,6 +2473,13 @@ func (x *NodeStatus) GetLastSeen() *timestamppb.Timestamp {
 		return x.LastSeen
 	}
 	return nil
+}
+
+func (x *NodeStatus) GetCorrupt() string {
+	if x != nil {
+		return x.Corrupt
+	}
+	return ""
 }
 
 type ListNodesRequest struct {
@@ -3453,7 +3476,11 @@ type RotateEncryptionKeyResponse struct {
 	Rewritten int32 `protobuf:"varint,2,opt,name=rewritten,proto3" json:"rewritten,omitempty"`
 	Current   int32 `protobuf:"varint,3,opt,name=current,proto3" json:"current,omitempty"`
 	// Providers that could not be rotated, as "workspace/name: reason".
-	Failed        []string `protobuf:"bytes,4,rep,name=failed,proto3" json:"failed,omitempty"`
+	Failed []string `protobuf:"bytes,4,rep,name=failed,proto3" json:"failed,omitempty"`
+	// Provider records skipped because they do not decode (corrupt in
+	// etcd): each names its key and how to delete it. Nothing can rotate
+	// them.
+	Skipped       []string `protobuf:"bytes,5,rep,name=skipped,proto3" json:"skipped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3512,6 +3539,13 @@ func (x *RotateEncryptionKeyResponse) GetCurrent() int32 {
 func (x *RotateEncryptionKeyResponse) GetFailed() []string {
 	if x != nil {
 		return x.Failed
+	}
+	return nil
+}
+
+func (x *RotateEncryptionKeyResponse) GetSkipped() []string {
+	if x != nil {
+		return x.Skipped
 	}
 	return nil
 }
@@ -3725,13 +3759,14 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x12.shoal.v1.ProviderR\x05items\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12)\n" +
 	"\x10resource_version\x18\x03 \x01(\x03R\x0fresourceVersion\x12\x1a\n" +
-	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\xeb\x01\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\x9a\x02\n" +
 	"\x15UpdateProviderRequest\x12.\n" +
 	"\bprovider\x18\x01 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\x12-\n" +
 	"\x12update_credentials\x18\x02 \x01(\bR\x11updateCredentials\x12#\n" +
 	"\rupdate_config\x18\x03 \x01(\bR\fupdateConfig\x12#\n" +
 	"\rupdate_labels\x18\x04 \x01(\bR\fupdateLabels\x12)\n" +
-	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion\"\x9c\x01\n" +
+	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion\x12-\n" +
+	"\x12update_annotations\x18\x06 \x01(\bR\x11updateAnnotations\"\x9c\x01\n" +
 	"\x15DeleteProviderRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -3760,13 +3795,14 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"conditions\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xaf\x01\n" +
 	"\n" +
 	"NodeStatus\x12\x14\n" +
 	"\x05ready\x18\x01 \x01(\bR\x05ready\x12\x1a\n" +
 	"\bcordoned\x18\x02 \x01(\bR\bcordoned\x12\x1c\n" +
 	"\tsandboxes\x18\x03 \x01(\x05R\tsandboxes\x127\n" +
-	"\tlast_seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\"\x12\n" +
+	"\tlast_seen\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x18\n" +
+	"\acorrupt\x18\x05 \x01(\tR\acorrupt\"\x12\n" +
 	"\x10ListNodesRequest\"9\n" +
 	"\x11ListNodesResponse\x12$\n" +
 	"\x05items\x18\x01 \x03(\v2\x0e.shoal.v1.NodeR\x05items\"$\n" +
@@ -3826,12 +3862,13 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x11\n" +
 	"\x0fSnapshotRequest\":\n" +
 	"\x1aRotateEncryptionKeyRequest\x12\x1c\n" +
-	"\tworkspace\x18\x01 \x01(\tR\tworkspace\"\x7f\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\"\x99\x01\n" +
 	"\x1bRotateEncryptionKeyResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1c\n" +
 	"\trewritten\x18\x02 \x01(\x05R\trewritten\x12\x18\n" +
 	"\acurrent\x18\x03 \x01(\x05R\acurrent\x12\x16\n" +
-	"\x06failed\x18\x04 \x03(\tR\x06failed\"#\n" +
+	"\x06failed\x18\x04 \x03(\tR\x06failed\x12\x18\n" +
+	"\askipped\x18\x05 \x03(\tR\askipped\"#\n" +
 	"\rSnapshotChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data*\x89\x01\n" +
 	"\fSandboxPhase\x12\x1d\n" +
