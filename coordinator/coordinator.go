@@ -113,7 +113,7 @@ const taskTimeout = time.Minute
 
 // lead runs one term. It returns when ctx ends (lease lost or shutdown).
 func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
-	fence := l.Fence()
+	var fence store.Fence = l // the term's token: every write below compares it
 	q := workqueue.New(task.key)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -280,7 +280,7 @@ func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) bool
 // repair rolls forward deletions whose deleter died between intent and
 // mark, removes intents that match no record, and collects keys no sandbox
 // holds.
-func (c *Coordinator) repair(ctx context.Context, fence *store.Fence) error {
+func (c *Coordinator) repair(ctx context.Context, fence store.Fence) error {
 	// Roll forward deletions whose deleter died between intent and mark;
 	// remove intents that match no record.
 	intents, err := c.cfg.Store.Intents(ctx)
@@ -310,7 +310,7 @@ func (c *Coordinator) repair(ctx context.Context, fence *store.Fence) error {
 
 // process runs one task. It returns how long to wait before the task is
 // tried again (0: done, or woken by a watch event).
-func (c *Coordinator) process(ctx context.Context, fence *store.Fence, q *workqueue.Queue[task], t task) (time.Duration, error) {
+func (c *Coordinator) process(ctx context.Context, fence store.Fence, q *workqueue.Queue[task], t task) (time.Duration, error) {
 	switch {
 	case t.repair:
 		return 0, c.repair(ctx, fence)
@@ -338,7 +338,7 @@ func (c *Coordinator) process(ctx context.Context, fence *store.Fence, q *workqu
 // the owner removed the container, or its node is fenced, remove the
 // record and its keys in one fenced Txn, then finalise the providers it
 // released.
-func (c *Coordinator) teardown(ctx context.Context, fence *store.Fence, q *workqueue.Queue[task], t task) (time.Duration, error) {
+func (c *Coordinator) teardown(ctx context.Context, fence store.Fence, q *workqueue.Queue[task], t task) (time.Duration, error) {
 	ctx, span := c.cfg.Tracer.Start(ctx, "coordinator.Teardown")
 	defer span.End()
 	sb, err := c.cfg.Store.GetSandbox(ctx, t.ws, t.name)
@@ -386,7 +386,7 @@ func (c *Coordinator) teardown(ctx context.Context, fence *store.Fence, q *workq
 // nodeLost acts on a node whose registry key is gone: it records the loss
 // (once) and gives its sandboxes phase UNKNOWN. Nothing is rescheduled:
 // sandboxes hold local state.
-func (c *Coordinator) nodeLost(ctx context.Context, fence *store.Fence, id string) error {
+func (c *Coordinator) nodeLost(ctx context.Context, fence store.Fence, id string) error {
 	since, err := c.cfg.Store.MarkNodeLost(ctx, id, fence)
 	if err != nil || since.IsZero() {
 		return err
@@ -401,6 +401,6 @@ func (c *Coordinator) nodeLost(ctx context.Context, fence *store.Fence, id strin
 // fencedWrite logs an applied leader-only write. (The store logs every
 // fenced write with its fencing token and commit revision, for the chaos
 // suite's check; this line says what it meant.)
-func (c *Coordinator) fencedWrite(what, ws, name string, fence *store.Fence, rev int64) {
-	c.log.Info(what, "workspace", ws, "sandbox_or_provider", name, "fence_rev", fence.Revision, "commit_rev", rev)
+func (c *Coordinator) fencedWrite(what, ws, name string, fence store.Fence, rev int64) {
+	c.log.Info(what, "workspace", ws, "sandbox_or_provider", name, "fence_rev", fence.Rev(), "commit_rev", rev)
 }

@@ -12,7 +12,6 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"shoal/internal/chaosbreak"
-	"shoal/store"
 )
 
 // Config of an elector.
@@ -57,9 +56,17 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// Leadership is one term of leadership.
+// ErrNotLeader is returned by a term's own fenced write (its record)
+// once the election key is gone or another's: the term is over.
+var ErrNotLeader = errors.New("lease: not the leader: the election key is gone or another's")
+
+// Leadership is one term of leadership. Its fencing token is its election
+// key and that key's create revision (Key, Rev, as concurrency.Election
+// exposes them): every leader-only write compares them, so it fails once
+// the term is over even if this node has not noticed yet.
 type Leadership struct {
-	fence  store.Fence
+	key    string
+	rev    int64
 	done   <-chan struct{}
 	synced func(ctx context.Context) error
 }
@@ -74,8 +81,11 @@ func (l *Leadership) MarkSynced(ctx context.Context) error {
 	return l.synced(ctx)
 }
 
-// Fence is the token every leader-only write must compare.
-func (l *Leadership) Fence() *store.Fence { f := l.fence; return &f }
+// Key is the leader's election key.
+func (l *Leadership) Key() string { return l.key }
+
+// Rev is the election key's create revision: the fencing token.
+func (l *Leadership) Rev() int64 { return l.rev }
 
 // Done is closed when the lease is lost.
 func (l *Leadership) Done() <-chan struct{} { return l.done }
@@ -169,7 +179,7 @@ func (e *Elector) term(ctx context.Context, lead func(context.Context, *Leadersh
 		return fmt.Errorf("campaign: %w", err)
 	}
 	rec := termRecord{Node: e.cfg.ID, Fence: el.Rev(), Since: time.Now().UTC()}
-	l := &Leadership{fence: store.Fence{Key: el.Key(), Revision: el.Rev()}, done: tctx.Done(),
+	l := &Leadership{key: el.Key(), rev: el.Rev(), done: tctx.Done(),
 		synced: func(ctx context.Context) error {
 			r := rec
 			r.Synced = time.Now().UTC()

@@ -19,7 +19,7 @@ import (
 func TestLeadStopsWhenLeaseLost(t *testing.T) {
 	c, _ := testenv.Etcd(t)
 	s := store.New(c, store.Options{})
-	el, err := lease.New(c, lease.Config{Prefix: s.LeaderPrefix(), ID: "n1", TTL: 2 * time.Second})
+	el, err := lease.New(c, lease.Config{Prefix: s.LeaderPrefix(), ID: "n1", TTL: 2 * time.Second, TermKey: s.LeaderTermKey()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestLeadStopsWhenLeaseLost(t *testing.T) {
 		t.Fatal("never became leader")
 	}
 	// Revoke the lease behind the elector's back.
-	resp, err := c.Get(ctx, first.Fence().Key)
+	resp, err := c.Get(ctx, first.Key())
 	if err != nil || len(resp.Kvs) == 0 {
 		t.Fatalf("leader key: %v", err)
 	}
@@ -60,6 +60,10 @@ func TestLeadStopsWhenLeaseLost(t *testing.T) {
 	default:
 		t.Fatal("Leadership.Done not closed after loss")
 	}
+	// The lost term's own fenced write, its record, is refused too.
+	if err := first.MarkSynced(ctx); !errors.Is(err, lease.ErrNotLeader) {
+		t.Fatalf("lost term's MarkSynced: %v, want ErrNotLeader", err)
+	}
 	// The elector campaigns again and wins a new term with a new token.
 	var second *lease.Leadership
 	select {
@@ -67,7 +71,7 @@ func TestLeadStopsWhenLeaseLost(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no second term")
 	}
-	if second.Fence().Revision == first.Fence().Revision {
+	if second.Rev() == first.Rev() {
 		t.Fatal("new term reused the old fencing token")
 	}
 	// A write fenced with the old token is refused.
@@ -78,10 +82,10 @@ func TestLeadStopsWhenLeaseLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	sb, _ := s.GetSandbox(ctx, "default", "x")
-	if _, err := s.RemoveSandbox(ctx, "default", "x", sb.Meta.Uid, first.Fence(), 0); !errors.Is(err, store.ErrFenced) {
+	if _, err := s.RemoveSandbox(ctx, "default", "x", sb.Meta.Uid, first, 0); !errors.Is(err, store.ErrFenced) {
 		t.Fatalf("old-term write: %v, want ErrFenced", err)
 	}
-	if _, err := s.RemoveSandbox(ctx, "default", "x", sb.Meta.Uid, second.Fence(), 0); err != nil {
+	if _, err := s.RemoveSandbox(ctx, "default", "x", sb.Meta.Uid, second, 0); err != nil {
 		t.Fatalf("current-term write: %v", err)
 	}
 	cancel()

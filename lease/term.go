@@ -7,8 +7,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-
-	"shoal/store"
 )
 
 // Term is who leads now, as any node can read it from etcd.
@@ -41,7 +39,7 @@ type termRecord struct {
 // goes with the term, and fenced by the election key like every
 // leader-only write: a deposed leader cannot overwrite its successor's.
 // It is informational, so a failure is only logged (and returned: a
-// refused compare as store.ErrFenced).
+// refused compare as ErrNotLeader).
 func (e *Elector) record(ctx context.Context, sess *concurrency.Session, el *concurrency.Election, rec termRecord) error {
 	if e.cfg.TermKey == "" {
 		return nil
@@ -54,7 +52,7 @@ func (e *Elector) record(ctx context.Context, sess *concurrency.Session, el *con
 			Then(clientv3.OpPut(e.cfg.TermKey, string(val), clientv3.WithLease(sess.Lease()))).
 			Commit()
 		if err == nil && !resp.Succeeded {
-			err = store.ErrFenced
+			err = ErrNotLeader
 		}
 	}
 	if err != nil && ctx.Err() == nil {

@@ -51,8 +51,8 @@ func TestCurrentTerm(t *testing.T) {
 		term, ok, err = lease.Current(ctx, c, s.LeaderPrefix(), s.LeaderTermKey())
 		return ok && !term.Since.IsZero(), err
 	})
-	if term.Node != "n1" || term.Key != l.Fence().Key || term.Fence != l.Fence().Revision || term.Since.Before(before.Add(-time.Second)) {
-		t.Fatalf("current term %+v; want n1 at %+v since about %s", term, l.Fence(), before)
+	if term.Node != "n1" || term.Key != l.Key() || term.Fence != l.Rev() || term.Since.Before(before.Add(-time.Second)) {
+		t.Fatalf("current term %+v; want n1 at %s@%d since about %s", term, l.Key(), l.Rev(), before)
 	}
 	// The leader marks when it caught up: Synced, Since kept.
 	if !term.Synced.IsZero() {

@@ -192,7 +192,7 @@ func (e *OwnerPending) Error() string {
 // margin after a lost node's recorded loss). A record that is already gone
 // (or replaced) is success, with revision 0; otherwise the revision is that
 // of the removing Txn. Without the proof it returns *OwnerPending.
-func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence *Fence, margin time.Duration) (int64, error) {
+func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence Fence, margin time.Duration) (int64, error) {
 	var rev int64
 	_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
 		committed: &rev,
@@ -351,7 +351,7 @@ func (s *Store) deleteProvider(ctx context.Context, ws, name string, pre Precond
 
 // FinalizeProvider deletes a terminating provider once no sandbox holds it.
 // It reports whether the provider is gone.
-func (s *Store) FinalizeProvider(ctx context.Context, ws, name string, fence *Fence) (bool, int64, error) {
+func (s *Store) FinalizeProvider(ctx context.Context, ws, name string, fence Fence) (bool, int64, error) {
 	attachP, releaseP := s.k.attachments(ws, name), s.k.releases(ws, name)
 	var busy bool
 	var rev int64

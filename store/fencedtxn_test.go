@@ -13,6 +13,16 @@ import (
 	"shoal/store"
 )
 
+// fence is a fencing token as a lease hands it out: a leader key and its
+// create revision.
+type fence struct {
+	key string
+	rev int64
+}
+
+func (f fence) Key() string { return f.key }
+func (f fence) Rev() int64  { return f.rev }
+
 // The leader's writes outside the update loop (node loss, repairs) are
 // fenced as its updates are, and observed as they are: a deposed leader's
 // MarkNodeLost, stale-intent removal and stray-key collection return
@@ -33,7 +43,7 @@ func TestFencedTxnsOutsideTheUpdateLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := &store.Fence{Key: leader, Revision: put.Header.Revision}
+	old := fence{leader, put.Header.Revision}
 	if _, err := c.Delete(ctx, leader); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +51,7 @@ func TestFencedTxnsOutsideTheUpdateLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := &store.Fence{Key: leader, Revision: put.Header.Revision}
+	live := fence{leader, put.Header.Revision}
 
 	// A stale intent and a stray attachment key: what the repairs remove.
 	if _, err := c.Put(ctx, "/shoal/deleting/default/ghost", "ghost-uid"); err != nil {

@@ -39,7 +39,7 @@ func parseLost(v []byte) (time.Time, error) { return time.Parse(time.RFC3339Nano
 // that is recorded already, in one fenced Txn comparing the registry key
 // absent. It returns when the loss was recorded, or the zero time if the
 // node is live again (or unknown).
-func (s *Store) MarkNodeLost(ctx context.Context, id string, fence *Fence) (time.Time, error) {
+func (s *Store) MarkNodeLost(ctx context.Context, id string, fence Fence) (time.Time, error) {
 	key, info, lost := s.k.node(id), s.k.nodeInfo(id), s.k.lost(id)
 	now := s.now()
 	resp, fencedOut, err := s.fencedTxn(ctx, "node lost", lost, fence, []clientv3.Cmp{
@@ -91,7 +91,7 @@ func (s *Store) LostNodes(ctx context.Context) (map[string]time.Time, error) {
 // UNKNOWN and condition NodeLost. Each write is fenced and compares the
 // node's registry key absent, so it never lands after the node is back.
 // It returns how many sandboxes it changed.
-func (s *Store) MarkSandboxesUnknown(ctx context.Context, id string, since time.Time, fence *Fence) (int, error) {
+func (s *Store) MarkSandboxesUnknown(ctx context.Context, id string, since time.Time, fence Fence) (int, error) {
 	page, err := s.ListSandboxes(ctx, "", ListOptions{}, func(sb *shoalv1.Sandbox) bool {
 		return NodeOf(sb) == id && sb.GetMeta().GetDeletionTimestamp() == nil &&
 			sb.GetStatus().GetPhase() != shoalv1.SandboxPhase_UNKNOWN
@@ -145,7 +145,7 @@ const markWidth = 16
 // markUnknown marks one sandbox of lost node id UNKNOWN. A sandbox with
 // nothing to mark (being deleted, gone, replaced, unreadable, or its node
 // back) is not marked and no error.
-func (s *Store) markUnknown(ctx context.Context, id string, sb *shoalv1.Sandbox, msg string, nodeAbsent clientv3.Cmp, fence *Fence) (bool, error) {
+func (s *Store) markUnknown(ctx context.Context, id string, sb *shoalv1.Sandbox, msg string, nodeAbsent clientv3.Cmp, fence Fence) (bool, error) {
 	ws, name, uid := sb.Meta.Workspace, sb.Meta.Name, sb.Meta.Uid
 	attempts := 0
 	_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
@@ -289,7 +289,7 @@ func (s *Store) Forgetting(ctx context.Context) ([]string, error) {
 // forget keys, comparing its registry key absent and its info key as read
 // (a node that registered again meanwhile is not forgotten). It reports
 // whether the node is gone and, if not, how many sandboxes still name it.
-func (s *Store) CompleteForget(ctx context.Context, id string, fence *Fence) (bool, int, error) {
+func (s *Store) CompleteForget(ctx context.Context, id string, fence Fence) (bool, int, error) {
 	info := s.k.nodeInfo(id)
 	resp, err := s.c.Get(ctx, info, clientv3.WithKeysOnly())
 	if err != nil {

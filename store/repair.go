@@ -41,7 +41,7 @@ func (s *Store) Intents(ctx context.Context) ([]Attachment, error) {
 // freeze the name forever, since every ordinary write compares the intent
 // absent: it is removed, in one fenced Txn comparing the intent's value
 // and the record's ModRevision as read. It reports whether it removed one.
-func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string, fence *Fence) (bool, error) {
+func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string, fence Fence) (bool, error) {
 	_, err := s.mark(ctx, ws, name, uid, nil)
 	switch shoal.KindOf(err) {
 	case shoal.KindNotFound, shoal.KindConflict:
@@ -89,7 +89,7 @@ func (s *Store) CompleteIntent(ctx context.Context, ws, name, uid string, fence 
 // deletion, or a node slot, forever. Each removal is one fenced Txn that
 // compares the key's value as read and the sandbox record as judged
 // (absent, or at the ModRevision read). It returns how many keys it removed.
-func (s *Store) CollectAttachments(ctx context.Context, fence *Fence) (int, error) {
+func (s *Store) CollectAttachments(ctx context.Context, fence Fence) (int, error) {
 	resp, err := s.c.Txn(ctx).Then(
 		clientv3.OpGet(s.k.prefix+"/attach/", clientv3.WithPrefix()),
 		clientv3.OpGet(s.k.prefix+"/release/", clientv3.WithPrefix()),

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -18,7 +17,6 @@ import (
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/encryption"
-	"shoal/internal/chaosbreak"
 	"shoal/metrics"
 )
 
@@ -109,40 +107,12 @@ func (p Preconditions) check(kind string, m *shoalv1.ObjectMeta) error {
 
 func (p Preconditions) set() bool { return p.UID != "" || p.ResourceVersion != 0 }
 
-// Fence makes a write conditional on leadership: the Txn compares the create
-// revision of the leader's election key, so a deposed leader's write fails
-// even if it still believes it leads.
-type Fence struct {
-	Key      string
-	Revision int64
-}
-
-func (f *Fence) cmp() clientv3.Cmp {
-	if chaosbreak.Is("unfenced-leader") {
-		// Holds whether or not the leader key exists: no fence at all.
-		return clientv3.Compare(clientv3.CreateRevision(f.Key), "<", f.Revision+1)
-	}
-	return clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Revision)
-}
-
-// lost reports, from the fence key as a refused Txn's Else branch read it,
-// whether the refusal was the fence's: the leader key is gone or another's.
-func (f *Fence) lost(kvs []*mvccpb.KeyValue) bool {
-	if chaosbreak.Is("unfenced-leader") {
-		// A build without the fence compare cannot tell a lost fence
-		// either: another compare's refusal must not end its term (with
-		// the watch cache a stale start refuses the first Txn often).
-		return false
-	}
-	return len(kvs) == 0 || kvs[0].CreateRevision != f.Revision
-}
-
 // applied logs a fenced write that committed, with its fencing token and
 // commit revision: the chaos suite checks from these lines (JSON logs)
 // that no write of a deposed leader was ever applied (chaos/fencedwrites.go).
 // Every fenced Txn of the store reports here, so the check sees them all.
-func (s *Store) applied(what, key string, f *Fence, rev int64) {
-	s.log.Info("fenced write: "+what, "name", key, "fence_key", f.Key, "fence_rev", f.Revision, "commit_rev", rev)
+func (s *Store) applied(what, key string, f Fence, rev int64) {
+	s.log.Info("fenced write: "+what, "name", key, "fence_key", f.Key(), "fence_rev", f.Rev(), "commit_rev", rev)
 }
 
 // fencedTxn is a leader-only write outside the update loop (node loss,
@@ -153,7 +123,7 @@ func (s *Store) applied(what, key string, f *Fence, rev int64) {
 // the same Txn) counted in shoal_fenced_rejections_total and returned as
 // fencedOut. els's responses come first in resp.Responses. Without a fence
 // (tests) it is a plain Txn.
-func (s *Store) fencedTxn(ctx context.Context, what, key string, fence *Fence, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, fencedOut bool, err error) {
+func (s *Store) fencedTxn(ctx context.Context, what, key string, fence Fence, cmps []clientv3.Cmp, then, els []clientv3.Op) (resp *clientv3.TxnResponse, fencedOut bool, err error) {
 	ctx, span := s.tracer.Start(ctx, "store.txn", trace.WithAttributes(attribute.String("shoal.txn", what), attribute.String("shoal.key", key)))
 	defer func() {
 		span.SetAttributes(attribute.Bool("shoal.txn.succeeded", err == nil && resp.Succeeded), attribute.Bool("shoal.update.fenced", fencedOut))
@@ -164,8 +134,8 @@ func (s *Store) fencedTxn(ctx context.Context, what, key string, fence *Fence, c
 		span.End()
 	}()
 	if fence != nil {
-		cmps = append(cmps, fence.cmp())
-		els = append(els, clientv3.OpGet(fence.Key, clientv3.WithKeysOnly()))
+		cmps = append(cmps, fenceCmp(fence))
+		els = append(els, clientv3.OpGet(fence.Key(), clientv3.WithKeysOnly()))
 	}
 	resp, err = s.c.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
 	if err != nil {
@@ -178,7 +148,7 @@ func (s *Store) fencedTxn(ctx context.Context, what, key string, fence *Fence, c
 		s.applied(what, key, fence, resp.Header.Revision)
 		return resp, false, nil
 	}
-	if fence.lost(resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs()) {
+	if fenceLost(fence, resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs()) {
 		s.metrics.FencedRejection()
 		return resp, true, nil
 	}
@@ -191,9 +161,6 @@ func (s *Store) txn(ctx context.Context, what, key string, cmps []clientv3.Cmp, 
 	resp, _, err := s.fencedTxn(ctx, what, key, nil, cmps, then, els)
 	return resp, err
 }
-
-// ErrFenced is returned for a fenced write after leadership was lost.
-var ErrFenced = &shoal.Error{Kind: shoal.KindUnavailable, Msg: "write fenced out: this node no longer holds the leader lease"}
 
 func ts(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
 

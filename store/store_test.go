@@ -313,7 +313,7 @@ func TestFencedWriteRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fence := &store.Fence{Key: "/shoal/leader/x", Revision: put.Header.Revision}
+	fence := fence{"/shoal/leader/x", put.Header.Revision}
 	c.Delete(ctx, "/shoal/leader/x")
 	c.Put(ctx, "/shoal/leader/x", "someone else")
 	_, err = s.RemoveSandbox(ctx, "default", "a", sb.Meta.Uid, fence, 0)

@@ -37,7 +37,7 @@ type updateSpec[T object] struct {
 	codec   codec[T]
 	key     string
 	pre     Preconditions
-	fence   *Fence
+	fence   Fence
 	mutate  mutateFunc[T]
 	related relatedFunc[T]
 	// start, when set, is the current state taken from a cache (possibly
@@ -240,7 +240,7 @@ func updateLoop[T object](ctx context.Context, s *Store, u updateSpec[T], st *up
 			ops = append(ops, ro...)
 		}
 		if u.fence != nil {
-			extra = append(extra, u.fence.cmp())
+			extra = append(extra, fenceCmp(u.fence))
 		}
 		if u.pre.ResourceVersion != 0 {
 			// The same-bytes fallback below must not commit over a
@@ -252,7 +252,7 @@ func updateLoop[T object](ctx context.Context, s *Store, u updateSpec[T], st *up
 		}
 		elseOps := []clientv3.Op{clientv3.OpGet(u.key)}
 		if u.fence != nil {
-			elseOps = append(elseOps, clientv3.OpGet(u.fence.Key))
+			elseOps = append(elseOps, clientv3.OpGet(u.fence.Key()))
 		}
 		if u.intent != "" {
 			elseOps = append(elseOps, clientv3.OpGet(u.intent))
@@ -322,7 +322,7 @@ func updateLoop[T object](ctx context.Context, s *Store, u updateSpec[T], st *up
 
 		fromCache = false // the Else branch read the state
 		if u.fence != nil {
-			if u.fence.lost(resp.Responses[1].GetResponseRange().GetKvs()) {
+			if fenceLost(u.fence, resp.Responses[1].GetResponseRange().GetKvs()) {
 				s.metrics.FencedRejection()
 				st.fenced = true
 				return zero, ErrFenced
