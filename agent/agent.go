@@ -95,7 +95,7 @@ type Config struct {
 	// 100 ms after it happens.
 	StartupWindow time.Duration
 	// Limits are the sandboxes' resource defaults and this node's maximums.
-	Limits Limits
+	Limits shoal.SandboxLimits
 	// Metrics, if set, times provisioning and teardown and counts reaps.
 	Metrics *metrics.Metrics
 	// Engine is pinged every EngineCheck (default DefaultEngineCheck); an
@@ -561,7 +561,7 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 		})
 	}
 	spec := sb.GetSpec()
-	cpu, mem, err := a.cfg.Limits.resources(spec.GetResources())
+	cpu, mem, err := resources(a.cfg.Limits, spec.GetResources())
 	if err != nil {
 		msg := err.Error()
 		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {

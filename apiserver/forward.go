@@ -58,7 +58,7 @@ func (p *peers) client(addr string) (shoalv1.ShoalClient, error) {
 	}
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(p.transport.DialCreds()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(tracing.Propagator))),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxResponseBytes), grpc.MaxCallSendMsgSize(MaxRequestBytes)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(shoal.MaxResponseBytes), grpc.MaxCallSendMsgSize(shoal.MaxRequestBytes)))
 	if err != nil {
 		return nil, shoal.Unavailable("peer %s: %v", addr, err)
 	}

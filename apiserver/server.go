@@ -134,8 +134,8 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.Creds(s.cfg.Transport.ServerCreds()),
-		grpc.MaxRecvMsgSize(MaxRequestBytes),
-		grpc.MaxSendMsgSize(MaxResponseBytes),
+		grpc.MaxRecvMsgSize(shoal.MaxRequestBytes),
+		grpc.MaxSendMsgSize(shoal.MaxResponseBytes),
 		grpc.ChainUnaryInterceptor(s.unary),
 		grpc.ChainStreamInterceptor(s.stream),
 	}
@@ -243,7 +243,7 @@ func ws(w string) string {
 }
 
 // MaxListPageBytes ends a list page early: with objects of at most
-// store.MaxStoredBytes, a page stays far below MaxResponseBytes.
+// store.MaxStoredBytes, a page stays far below shoal.MaxResponseBytes.
 const MaxListPageBytes = 2 << 20
 
 func listOptions(n int32) store.ListOptions {

@@ -37,23 +37,16 @@ const (
 	// MaxStatusBytes is what the status of a sandbox may grow to (the
 	// agent bounds status.message; conditions are a fixed few).
 	MaxStatusBytes = 16 << 10
-	// MaxCPUMillis and MaxMemoryBytes bound resources before the node's own
-	// capacity is consulted, so that no conversion overflows.
-	MaxCPUMillis   = 1 << 20 // 1048 cores
-	MinCPUMillis   = 10      // Docker's smallest quota, 0.01 CPU
-	MaxMemoryBytes = 1 << 46 // 64 TiB
 	MaxCredentials = 64
 	MaxCommandArgs = 256
 	MaxArgLen      = 8 << 10
 	MaxImageLen    = 255
 	MaxPageSize    = 1000
-	// MaxRequestBytes bounds any single request message.
-	MaxRequestBytes = 4 << 20
-	// MaxResponseBytes bounds any single response or stream message the
-	// server sends; clients set their receive limit to it. List pages and
-	// output chunks are cut well below it.
-	MaxResponseBytes = 8 << 20
 )
+
+// The message and resource bounds a client needs as well
+// (MaxRequestBytes, MaxResponseBytes, MaxCPUMillis, MinCPUMillis,
+// MaxMemoryBytes) are the root package's: shoal/limits.go.
 
 var (
 	dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
@@ -267,11 +260,11 @@ func validateSandbox(sb *shoalv1.Sandbox) error {
 		return err
 	}
 	if r := spec.Resources; r != nil {
-		if r.CpuMillis < 0 || (r.CpuMillis > 0 && r.CpuMillis < MinCPUMillis) || r.CpuMillis > MaxCPUMillis {
-			return shoal.Invalid("sandbox.spec.resources.cpu_millis", "%d is out of range: 0 (no limit) or %d-%d", r.CpuMillis, MinCPUMillis, MaxCPUMillis)
+		if r.CpuMillis < 0 || (r.CpuMillis > 0 && r.CpuMillis < shoal.MinCPUMillis) || r.CpuMillis > shoal.MaxCPUMillis {
+			return shoal.Invalid("sandbox.spec.resources.cpu_millis", "%d is out of range: 0 (no limit) or %d-%d", r.CpuMillis, shoal.MinCPUMillis, shoal.MaxCPUMillis)
 		}
-		if r.MemoryBytes < 0 || (r.MemoryBytes > 0 && r.MemoryBytes < 6<<20) || r.MemoryBytes > MaxMemoryBytes {
-			return shoal.Invalid("sandbox.spec.resources.memory_bytes", "%d is out of range: 0 (no limit) or 6 MiB to %d bytes", r.MemoryBytes, int64(MaxMemoryBytes))
+		if r.MemoryBytes < 0 || (r.MemoryBytes > 0 && r.MemoryBytes < 6<<20) || r.MemoryBytes > shoal.MaxMemoryBytes {
+			return shoal.Invalid("sandbox.spec.resources.memory_bytes", "%d is out of range: 0 (no limit) or 6 MiB to %d bytes", r.MemoryBytes, int64(shoal.MaxMemoryBytes))
 		}
 	}
 	return validBytes("sandbox.spec", spec, MaxSpecBytes)

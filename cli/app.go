@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiclient"
-	"shoal/apiserver"
 	"shoal/pki"
 	"shoal/tracing"
 )
@@ -214,8 +214,8 @@ func (a *app) api() (shoalv1.ShoalClient, error) {
 		// receive limit is 4 MiB, the server sends up to 8), and a
 		// request over the server's limit fails here, before it is sent.
 		grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(apiserver.MaxResponseBytes),
-			grpc.MaxCallSendMsgSize(apiserver.MaxRequestBytes)))...)
+			grpc.MaxCallRecvMsgSize(shoal.MaxResponseBytes),
+			grpc.MaxCallSendMsgSize(shoal.MaxRequestBytes)))...)
 	if err != nil {
 		return nil, usageError("--endpoint: %v", err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"shoal/apiserver"
+	"shoal"
 )
 
 // Credentials reach a provider three ways. --credential K=V is the
@@ -143,7 +143,7 @@ func (a *app) readCredentialFile(name string) ([]credential, error) {
 		r = f
 	}
 	// More than one request can carry is an error, not a truncation.
-	const limit = apiserver.MaxRequestBytes
+	const limit = shoal.MaxRequestBytes
 	lr := &io.LimitedReader{R: r, N: limit + 1}
 	sc := bufio.NewScanner(lr)
 	sc.Buffer(make([]byte, 0, 4096), limit+1)

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/yaml"
 
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
-	"shoal/apiserver"
 	"shoal/cli"
 	"shoal/internal/testenv"
 )
@@ -284,8 +284,8 @@ func TestLargeResponseWithinServerLimit(t *testing.T) {
 		items = append(items, &shoalv1.Provider{Meta: &shoalv1.ObjectMeta{Name: "p"}, Config: map[string]string{"V": v}})
 		total += len(v)
 	}
-	if total >= apiserver.MaxResponseBytes {
-		t.Fatalf("test response of %d bytes is over the server limit %d", total, apiserver.MaxResponseBytes)
+	if total >= shoal.MaxResponseBytes {
+		t.Fatalf("test response of %d bytes is over the server limit %d", total, shoal.MaxResponseBytes)
 	}
 	f.set(func(f *fakeShoal) { f.items = items })
 	r := run(t, bin, ep, "-o", "json", "provider", "list").must(t, 0, "6 MiB list")

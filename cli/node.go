@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"shoal/agent"
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/node"
 	"shoal/pki"
@@ -172,7 +172,7 @@ installation's, 1 any other failure.`,
 				cfg.Insecure = c.Bool("insecure")
 				cfg.EncryptionKeyFile = c.String("encryption-key-file")
 				cfg.AuditLog, cfg.AuditLogMaxBytes, cfg.AuditLogBackups = c.String("audit-log"), c.Int64("audit-log-max-mib")<<20, c.Int("audit-log-backups")
-				cfg.SandboxLimits = agent.Limits{DefaultCPUMillis: c.Int64("sandbox-cpu-millis"), MaxCPUMillis: c.Int64("sandbox-max-cpu-millis"),
+				cfg.SandboxLimits = shoal.SandboxLimits{DefaultCPUMillis: c.Int64("sandbox-cpu-millis"), MaxCPUMillis: c.Int64("sandbox-max-cpu-millis"),
 					DefaultMemoryBytes: c.Int64("sandbox-memory-mib") << 20, MaxMemoryBytes: c.Int64("sandbox-max-memory-mib") << 20, Pids: c.Int64("sandbox-pids")}
 				cfg.SandboxNetwork = c.String("sandbox-network")
 				cfg.SandboxLogMaxBytes, cfg.SandboxLogFiles = c.Int64("sandbox-log-max-mib")<<20, c.Int("sandbox-log-files")

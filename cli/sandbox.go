@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiclient"
-	"shoal/apiserver"
 )
 
 func (a *app) sandboxCmd() *cli.Command {
@@ -77,10 +77,10 @@ phase: READY 0; STOPPED (a command that ended at once) 0 if the command exited
 			if c.Int64("cpu-millis") < 0 || c.Int64("memory-mib") < 0 {
 				return usageError("--cpu-millis and --memory-mib must not be negative")
 			}
-			if mib := c.Int64("memory-mib"); mib > apiserver.MaxMemoryBytes>>20 {
+			if mib := c.Int64("memory-mib"); mib > shoal.MaxMemoryBytes>>20 {
 				// Checked here: in bytes it would overflow before the
 				// server could name the field.
-				return usageError("--memory-mib: %d is over the maximum of %d MiB", mib, int64(apiserver.MaxMemoryBytes>>20))
+				return usageError("--memory-mib: %d is over the maximum of %d MiB", mib, int64(shoal.MaxMemoryBytes>>20))
 			}
 			api, err := a.api()
 			if err != nil {

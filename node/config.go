@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"shoal"
 	"shoal/agent"
 	"shoal/apiserver"
 	"shoal/connlimit"
@@ -130,8 +131,8 @@ type Config struct {
 	// lifts that).
 	TLS pki.Files
 	// SandboxLimits are the sandboxes' CPU and memory defaults, this
-	// node's maximums and the pids cap (agent.Limits).
-	SandboxLimits agent.Limits
+	// node's maximums and the pids cap (shoal.SandboxLimits).
+	SandboxLimits shoal.SandboxLimits
 	// SandboxNetwork is the network sandboxes get: docker.NetworkNone (the
 	// default) or docker.NetworkBridge.
 	SandboxNetwork string
@@ -238,7 +239,7 @@ func DefaultConfig() Config {
 		NodeTTL:             registry.DefaultTTL,
 		WatchCache:          true,
 		Runtime:             RuntimeDocker,
-		SandboxLimits:       agent.DefaultLimits(),
+		SandboxLimits:       shoal.DefaultSandboxLimits(),
 		SandboxNetwork:      docker.NetworkNone,
 		SandboxLogMaxBytes:  docker.DefaultLogMaxBytes,
 		SandboxLogFiles:     docker.DefaultLogFiles,

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"shoal/agent"
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/internal/testenv"
 )
@@ -24,7 +24,7 @@ import (
 func TestSandboxLimitsFromTheNode(t *testing.T) {
 	dc := testenv.RequireDocker(t)
 	cfg := testenv.NodeConfig(t)
-	cfg.SandboxLimits = agent.Limits{DefaultCPUMillis: 250, MaxCPUMillis: 500, DefaultMemoryBytes: 96 << 20, MaxMemoryBytes: 128 << 20, Pids: 64}
+	cfg.SandboxLimits = shoal.SandboxLimits{DefaultCPUMillis: 250, MaxCPUMillis: 500, DefaultMemoryBytes: 96 << 20, MaxMemoryBytes: 128 << 20, Pids: 64}
 	n := testenv.StartNode(t, cfg)
 	ctx := ctxT(t, 2*time.Minute)
 	create := func(name string, res *shoalv1.Resources) (*shoalv1.Sandbox, error) {
