@@ -3,20 +3,44 @@
 //
 // # Key layout
 //
-// All keys live under a prefix (default "/shoal"):
+// This is the one description of shoal's keyspace (keys.go builds every
+// key; other packages' docs point here). All keys live under a prefix
+// (default "/shoal", DefaultPrefix):
 //
-//	<prefix>/sandboxes/<workspace>/<name>               shoal.v1.Sandbox
-//	<prefix>/providers/<workspace>/<name>               shoal.v1.Provider
-//	<prefix>/attach/<workspace>/<provider>/<sandbox>    live attachment, value = sandbox uid
-//	<prefix>/release/<workspace>/<provider>/<sandbox>   attachment held by a DELETING sandbox
-//	<prefix>/deleting/<workspace>/<name>                deletion intent of a sandbox, value = uid
-//	<prefix>/leader/                                    leader election (package lease)
-//	<prefix>/cluster/id                                 the cluster id (hex), made once
-//	<prefix>/cluster/page-token-secret                  HMAC key of page tokens (hex), made once
-//	<prefix>/cluster/leader                             the leader's term: node, fence, since (JSON, package lease)
-//	<prefix>/cluster/encryption                         the key credentials are sealed with, keys retired (JSON, keystate.go)
+//	Objects
+//	<prefix>/sandboxes/<ws>/<name>             shoal.v1.Sandbox
+//	<prefix>/providers/<ws>/<name>             shoal.v1.Provider
+//	<prefix>/attach/<ws>/<provider>/<sandbox>  live attachment, value = sandbox uid
+//	<prefix>/release/<ws>/<provider>/<sandbox> attachment held by a DELETING sandbox, value = sandbox uid
 //
-// Values are deterministic protobuf encodings with meta.resource_version
+//	Deletion (deletion.go)
+//	<prefix>/deleting/<ws>/<name>              deletion intent of a sandbox, value = uid
+//	<prefix>/torndown/<ws>/<name>              the owning node removed the container, value = uid
+//
+//	Nodes and placement (nodes.go, nodeloss.go; package registry holds the lease)
+//	<prefix>/nodes/<id>                        shoal.v1.Node, on the node's own lease: Ready while it exists
+//	<prefix>/nodeinfo/<id>                     shoal.v1.Node, no lease: the last registration, so a NotReady node is remembered
+//	<prefix>/cordon/<id>                       "true" while the node is cordoned (survives restarts)
+//	<prefix>/placed/<id>/<slot>                one per sandbox placed on the node, value = "<ws>/<name>/<uid>"
+//	<prefix>/lost/<id>                         when the leader saw the node's lease gone (RFC 3339); fence time = this + margin
+//	<prefix>/forget/<id>                       when `shoal node remove` asked for the node to be forgotten (RFC 3339)
+//
+//	Leadership (package lease)
+//	<prefix>/leader//<lease id, hex>           election key of each candidate, value = node id, on its session's lease;
+//	                                           the lowest create revision leads, and that revision is the fencing token
+//	<prefix>/cluster/leader                    the leader's term: node, fence, since, synced (JSON), on its lease
+//
+//	Cluster
+//	<prefix>/cluster/id                        the cluster id (hex), made once; container labels carry it
+//	<prefix>/cluster/page-token-secret         HMAC key of list page tokens (hex), made once
+//	<prefix>/cluster/encryption                the key credentials are sealed with, keys retired (JSON, keystate.go)
+//
+// The election prefix is "<prefix>/leader/" (LeaderPrefix) and
+// concurrency.Election adds a "/" of its own, hence the double slash. It
+// must stay as it is: nodes that campaigned under two spellings of the
+// prefix would each see themselves first and both lead.
+//
+// Object values are deterministic protobuf encodings with meta.resource_version
 // cleared: the resource version of an object IS the ModRevision of its key,
 // filled in on every read and never stored.
 //

@@ -14,10 +14,8 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 )
 
-// Losing a node, and forgetting one.
-//
-//	<prefix>/lost/<id>     the time the leader saw the node's lease expire
-//	<prefix>/forget/<id>   `shoal node remove` asked for the node to be forgotten
+// Losing a node, and forgetting one: the lost/ and forget/ keys (doc.go:
+// Key layout).
 //
 // The leader writes lost/<id> (fenced) when the node's registry key is gone
 // but its info key remains, and gives each of the node's sandboxes phase

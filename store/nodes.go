@@ -21,12 +21,8 @@ import (
 	"shoal/internal/chaosbreak"
 )
 
-// The node registry and placement.
-//
-//	<prefix>/nodes/<id>           shoal.v1.Node, on the node's own lease: it is Ready while this key exists
-//	<prefix>/nodeinfo/<id>        shoal.v1.Node, no lease: the last registration, so a NotReady node is remembered
-//	<prefix>/cordon/<id>          present while the node is cordoned (survives restarts)
-//	<prefix>/placed/<id>/<slot>   one per sandbox placed on the node, value = "<ws>/<name>/<uid>"
+// The node registry and placement: the nodes/, nodeinfo/, cordon/ and
+// placed/ keys (doc.go: Key layout).
 //
 // A node with a capacity (max_sandboxes N > 0) has slots "0".."N-1"; a
 // sandbox placed there takes a free slot in its create Txn, which compares
