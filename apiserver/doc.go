@@ -12,8 +12,13 @@
 // MaxExecs exec or logs --follow streams at once, beyond which a call gets
 // RESOURCE_EXHAUSTED naming the flag; Shutdown ends every open stream and
 // wait with UNAVAILABLE so that the node stops promptly. CreateSandbox
-// also asks the node's engine (Engine) whether the image is there and
-// whether the resources fit, before anything is stored.
+// also asks the node's engine (Engine) whether the image is there, before
+// anything is stored, when this node is the one the sandbox will run on
+// (sandboxes.go: admit); whether its resources fit is placement's check,
+// against every node's registration (store/nodes.go).
+//
+// Any node serves any call: one that needs a sandbox's container (exec,
+// logs) is relayed to the owning node (forward.go).
 //
 // The Cluster service (cluster.go) also answers for the etcd members
 // (cluster_members.go): their health as each member reports it, membership

@@ -42,8 +42,8 @@ type Config struct {
 	Store *store.Store
 	// Runtime may be nil: Exec and Logs then answer UNAVAILABLE.
 	Runtime Runtime
-	// Engine may be nil: CreateSandbox then skips the image and capacity
-	// checks (the owning node's agent still reports a missing image).
+	// Engine may be nil: CreateSandbox then skips the image check (the
+	// owning node's agent still reports a missing image as ERROR).
 	Engine Engine
 	// MaxWatches and MaxExecs cap the streams served at once: watches,
 	// and container streams (exec, logs --follow). 0 means the defaults.
