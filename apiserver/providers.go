@@ -130,13 +130,9 @@ func (s *Server) DeleteProvider(ctx context.Context, req *shoalv1.DeleteProvider
 
 func (s *Server) waitProviderGone(ctx context.Context, p *shoalv1.Provider) error {
 	ctx, cancel := s.bindShutdown(ctx)
-	events := s.cfg.Store.WatchProvider(ctx, p.Meta.Workspace, p.Meta.Name, p.Meta.ResourceVersion)
-	defer func() {
-		cancel()
-		for range events { // until the watch goroutine has returned
-		}
-	}()
-	for ev := range events {
+	w := store.NewWatch(cancel, s.cfg.Store.WatchProvider(ctx, p.Meta.Workspace, p.Meta.Name, p.Meta.ResourceVersion))
+	defer w.Stop() // until the watch goroutine has returned
+	for ev := range w.C {
 		if ev.Err != nil {
 			return ev.Err
 		}

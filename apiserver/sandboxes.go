@@ -182,13 +182,9 @@ func (s *Server) attachedClash(ctx context.Context, w, provider string, added []
 func (s *Server) waitProvisioned(ctx context.Context, sb *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
 	m := sb.Meta
 	ctx, cancel := s.bindShutdown(ctx)
-	events := s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion)
-	defer func() {
-		cancel()
-		for range events { // until the watch goroutine has returned
-		}
-	}()
-	for ev := range events {
+	w := store.NewWatch(cancel, s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion))
+	defer w.Stop() // until the watch goroutine has returned
+	for ev := range w.C {
 		if ev.Err != nil {
 			return nil, ev.Err
 		}
@@ -330,13 +326,9 @@ func (s *Server) DeleteSandbox(ctx context.Context, req *shoalv1.DeleteSandboxRe
 func (s *Server) waitGone(ctx context.Context, sb *shoalv1.Sandbox) error {
 	m := sb.Meta
 	ctx, cancel := s.bindShutdown(ctx)
-	events := s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion)
-	defer func() {
-		cancel()
-		for range events { // until the watch goroutine has returned
-		}
-	}()
-	for ev := range events {
+	w := store.NewWatch(cancel, s.cfg.Store.WatchSandboxes(ctx, m.Workspace, m.Name, m.ResourceVersion))
+	defer w.Stop() // until the watch goroutine has returned
+	for ev := range w.C {
 		if ev.Err != nil {
 			return ev.Err
 		}
@@ -365,13 +357,9 @@ func (s *Server) WatchSandboxes(req *shoalv1.WatchSandboxesRequest, stream shoal
 	}
 	defer release()
 	ctx, cancel := context.WithCancel(stream.Context())
-	events := s.cfg.Store.WatchSandboxes(ctx, ws(req.Workspace), req.Name, req.ResourceVersion)
-	defer func() {
-		cancel()
-		for range events { // until the watch goroutine has returned
-		}
-	}()
-	for ev := range events {
+	w := store.NewWatch(cancel, s.cfg.Store.WatchSandboxes(ctx, ws(req.Workspace), req.Name, req.ResourceVersion))
+	defer w.Stop() // until the watch goroutine has returned
+	for ev := range w.C {
 		if ev.Err != nil {
 			return ev.Err
 		}

@@ -23,6 +23,31 @@ type Event[T any] struct {
 	key string // the record's etcd key (the watch cache filters by it)
 }
 
+// A Watch is an open watch that its caller ends: its events arrive on C,
+// which closes once the goroutine feeding it has returned. Every Watch
+// method of the Store takes a context and closes its channel after that
+// context ends; a caller that stops before the channel closes by itself
+// (a wait that saw what it waited for) must still wait for that goroutine,
+// so that nothing of the watch outlives it. Stop does both.
+type Watch[E any] struct {
+	C      <-chan E
+	cancel context.CancelFunc
+}
+
+// NewWatch pairs c, a channel of one of the Store's Watch methods, with
+// cancel, which ends the context that watch was opened with.
+func NewWatch[E any](cancel context.CancelFunc, c <-chan E) *Watch[E] {
+	return &Watch[E]{C: c, cancel: cancel}
+}
+
+// Stop ends the watch and returns once its goroutine has: it cancels the
+// watch's context, then discards what is still queued until C closes.
+func (w *Watch[E]) Stop() {
+	w.cancel()
+	for range w.C {
+	}
+}
+
 // WatchSandboxes streams sandbox changes in a workspace ("" for all), or of
 // one sandbox when name is set, after revision fromRev. With fromRev 0 the
 // current state comes first as ADDED events. The channel closes when ctx

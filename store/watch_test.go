@@ -223,3 +223,52 @@ func TestWatchFromAFutureRevisionIsGone(t *testing.T) {
 		})
 	}
 }
+
+// Stop ends a watch whose reader stopped reading with its buffer full, and
+// returns only once the watch's goroutine has: its channel is closed then,
+// and the watch's context ended.
+func TestWatchStop(t *testing.T) {
+	for _, cached := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cache=%v", cached), func(t *testing.T) {
+			s, _ := newStore(t)
+			ctx := ctxT(t)
+			if cached {
+				cache := s.UseCache(store.CacheOptions{})
+				cctx, cancel := context.WithCancel(ctx)
+				done := make(chan error, 1)
+				go func() { done <- cache.Start(cctx) }()
+				t.Cleanup(func() { cancel(); <-done })
+			}
+			// More than a watch buffers: the replay of the current
+			// state blocks on a full channel.
+			for i := range 100 {
+				if _, err := s.CreateSandbox(ctx, sandbox(fmt.Sprintf("s%d", i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			w := store.NewWatch(cancel, s.WatchSandboxes(wctx, "default", "", 0))
+			if ev := <-w.C; ev.Err != nil || ev.Type != shoalv1.EventType_ADDED {
+				t.Fatalf("first event: %+v", ev)
+			}
+			stopped := make(chan struct{})
+			go func() { w.Stop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Stop did not return")
+			}
+			if wctx.Err() == nil {
+				t.Fatal("Stop did not cancel the watch's context")
+			}
+			select {
+			case _, ok := <-w.C:
+				if ok {
+					t.Fatal("an event after Stop returned")
+				}
+			default:
+				t.Fatal("the channel is open after Stop returned")
+			}
+		})
+	}
+}
