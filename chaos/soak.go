@@ -53,6 +53,9 @@ type SoakResult struct {
 	Violations []Violation `json:"violations"`
 	// Growth lists the resources that grew past their bound.
 	Growth []string `json:"growth"`
+	// FaultsNotInjected are the faults whose every injection attempt
+	// failed (the lab's tools, not shoal; they fail nothing).
+	FaultsNotInjected []string `json:"faults_not_injected,omitempty"`
 	// Started and Finished bound the soak.
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished"`
@@ -115,7 +118,12 @@ func Soak(ctx context.Context, cfg Config, total time.Duration) (*SoakResult, er
 				return res, res.finish(cfg, h, fmt.Errorf("cycle %d, scenario %s: %w", cycle, name, err))
 			}
 			res.Violations = append(res.Violations, sr.Violations...)
-			res.Faults += len(sr.Faults)
+			res.Faults += injectedFaults(sr.Faults)
+			for _, f := range sr.Faults {
+				if !f.Injected() {
+					res.FaultsNotInjected = append(res.FaultsNotInjected, fmt.Sprintf("%s %s (%d attempts): %s", inst, f.Name, f.Attempts, f.NotInjected))
+				}
+			}
 		}
 		if err := cleanup(ctx, e); err != nil {
 			return res, res.finish(cfg, h, fmt.Errorf("cycle %d cleanup: %w", cycle, err))
@@ -333,7 +341,7 @@ func (r *SoakResult) WriteSummary(w io.Writer) {
 	if r.Cluster > 0 {
 		fmt.Fprintf(tw, "cluster\t%d voters, %d workers\n", r.Cluster, r.Workers)
 	}
-	fmt.Fprintf(tw, "cycles\t%d\nops\t%d\nfaults\t%d\n", r.Cycles, r.Ops, r.Faults)
+	fmt.Fprintf(tw, "cycles\t%d\nops\t%d\nfaults\t%d\nfaults not injected\t%d\n", r.Cycles, r.Ops, r.Faults, len(r.FaultsNotInjected))
 	if !r.Started.IsZero() && !r.Finished.IsZero() {
 		fmt.Fprintf(tw, "elapsed\t%s\n", r.Finished.Sub(r.Started).Round(time.Second))
 	}
@@ -360,6 +368,9 @@ func (r *SoakResult) WriteSummary(w io.Writer) {
 	}
 	for _, g := range r.Growth {
 		fmt.Fprintf(w, "  [growth] %s\n", g)
+	}
+	for _, f := range r.FaultsNotInjected {
+		fmt.Fprintf(w, "  [not injected] %s\n", f)
 	}
 }
 

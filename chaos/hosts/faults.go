@@ -177,6 +177,55 @@ func (c *Cluster) Reconnect(ctx context.Context, i int) error {
 	return nil
 }
 
+// Restore brings node i back from whatever a fault that failed half-way
+// left: it thaws the node if it is frozen, starts it if it is not running
+// and puts it back on the network if it is off it, each judged from what
+// its engine says, not from what the fault meant to do (a pause that
+// failed "unable to freeze" may have frozen it all the same). It does
+// nothing to a node that runs, thawed and connected; it returns once the
+// container runs, and WaitServing waits for its API. SlowPeer latency is
+// Unslow's to remove.
+func (c *Cluster) Restore(ctx context.Context, i int) error {
+	n, unlock, err := c.live(i)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	info, err := c.sys.ContainerInspect(ctx, n.cid())
+	if err != nil {
+		return fmt.Errorf("hosts: restore node %d (%s): inspect: %w", i, n.id, err)
+	}
+	if info.State != nil && info.State.Paused {
+		if err := c.sys.ContainerUnpause(ctx, n.cid()); err != nil {
+			return fmt.Errorf("hosts: restore node %d (%s): unpause: %w", i, n.id, err)
+		}
+	}
+	if info.State == nil || !info.State.Running {
+		if err := c.startContainer(ctx, n); err != nil {
+			return fmt.Errorf("hosts: restore node %d (%s): %w", i, n.id, err)
+		}
+		n.conn.ResetConnectBackoff()
+	}
+	on := false
+	if info.NetworkSettings != nil {
+		for name, ep := range info.NetworkSettings.Networks {
+			if name == c.net.name || (ep != nil && ep.NetworkID == c.net.id) {
+				on = true
+			}
+		}
+	}
+	if !on {
+		if err := c.sys.NetworkConnect(ctx, c.net.id, n.cid(), &network.EndpointSettings{
+			IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: n.addr.String()},
+		}); err != nil {
+			return fmt.Errorf("hosts: restore node %d (%s): reconnect to %s at %s: %w", i, n.id, c.net.name, n.addr, err)
+		}
+		n.conn.ResetConnectBackoff()
+	}
+	n.setDisconnected(false)
+	return nil
+}
+
 // SlowPeer adds d of latency, each way, to every byte of voter i's etcd
 // peer traffic: the connections other members dial to it (its peer proxy)
 // and the ones it dials to them (their proxies, for connections from its
