@@ -11,6 +11,7 @@ import (
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/chaos/hosts"
+	"shoal/internal/backoff"
 	"shoal/lease"
 )
 
@@ -301,20 +302,16 @@ func (f *memberLoss) Heal(ctx context.Context) error {
 	// The dead host is gone for good: forget it once the leader has seen
 	// it lost (a NotReady node only), then its sandboxes are deleted
 	// under the fence rule.
-	deadline := time.Now().Add(clusterNodeTTL + 30*time.Second)
-	for {
-		_, err := f.e.hosts.ClusterClient(j).RemoveNode(ctx, &shoalv1.RemoveNodeRequest{Name: old})
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("node remove %s after its replacement: %w", old, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
+	rctx, cancel := context.WithTimeout(ctx, clusterNodeTTL+30*time.Second)
+	defer cancel()
+	err = backoff.Retry(rctx, harnessRetry, func(int) error {
+		_, err := f.e.hosts.ClusterClient(j).RemoveNode(rctx, &shoalv1.RemoveNodeRequest{Name: old})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node remove %s after its replacement: %w", old, err)
 	}
+	return nil
 }
 
 // slowPeer adds latency to one voter's raft traffic.
@@ -330,6 +327,7 @@ func (f *slowPeer) Inject(context.Context) error {
 	f.set([]int{i}, d.String())
 	return f.e.hosts.SlowPeer(i, d)
 }
+
 // Restore: a SlowPeer that failed set no latency; nothing to undo.
 func (f *slowPeer) Restore(context.Context) error { return nil }
 func (f *slowPeer) Heal(context.Context) error {

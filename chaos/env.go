@@ -28,6 +28,7 @@ import (
 	"shoal/chaos/tcpproxy"
 	"shoal/docker"
 	"shoal/embedetcd"
+	"shoal/internal/backoff"
 	"shoal/internal/freeport"
 	"shoal/store"
 )
@@ -199,22 +200,18 @@ func (e *env) startNode() error {
 
 // waitServing polls the API until it answers.
 func (e *env) waitServing(ctx context.Context, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	err := backoff.Retry(wctx, harnessRetry, func(int) error {
+		cctx, cancel := context.WithTimeout(wctx, 2*time.Second)
+		defer cancel()
 		_, err := e.client.ListProviders(cctx, &shoalv1.ListProvidersRequest{PageSize: 1})
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("node at %s did not serve within %s: %w", e.api, within, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node at %s did not serve within %s: %w", e.api, within, err)
 	}
+	return nil
 }
 
 func (e *env) signal(sig syscall.Signal) error {

@@ -289,6 +289,11 @@ const faultTimeout = 5 * time.Minute
 // freeze"), and a fault that did not take is no finding about shoal.
 var injectRetry = backoff.Policy{Initial: 250 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2, Attempts: 3}
 
+// harnessRetry is how the harness tries again a call of its own that
+// the system under test may refuse for a while (a node not serving yet, a
+// leader being elected), until the caller's context ends.
+var harnessRetry = backoff.Policy{Initial: 100 * time.Millisecond, Max: time.Second, Jitter: 0.2}
+
 // Restorer is a Fault that can undo what a failed Inject left behind (a
 // node frozen or cut off after all, one of two nodes disconnected): its
 // target as it was before, serving. A Fault without it leaves nothing

@@ -22,6 +22,7 @@ import (
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/docker"
+	"shoal/internal/backoff"
 )
 
 // Sample is one measurement of a node's resources after a cycle's cleanup.
@@ -254,22 +255,17 @@ func sampleNodes(ctx context.Context, e *env, cycle int) ([]Sample, error) {
 			return p
 		}
 		var s Sample
-		var err error
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			s, err = sampleOne(ctx, pid, e.hosts.DebugAddr(i), func(ctx context.Context) (int, error) {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := backoff.Retry(sctx, sampleRetry, func(int) error {
+			var err error
+			s, err = sampleOne(sctx, pid, e.hosts.DebugAddr(i), func(ctx context.Context) (int, error) {
 				cs, err := eng.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 					filters.Arg("label", docker.LabelManaged+"=true"), filters.Arg("label", docker.LabelNode+"="+id))})
 				return len(cs), err
 			}, e.hosts.ClientURL(i), e)
-			if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
+			return err
+		})
+		cancel()
 		if err != nil {
 			return out, fmt.Errorf("node %s: %w", id, err)
 		}
@@ -278,6 +274,10 @@ func sampleNodes(ctx context.Context, e *env, cycle int) ([]Sample, error) {
 	}
 	return out, nil
 }
+
+// sampleRetry spaces the tries of a node's sample (a node may be busy
+// just after a cycle's faults).
+var sampleRetry = backoff.Policy{Initial: 500 * time.Millisecond, Max: 2 * time.Second}
 
 // sampleOne reads one node's process figures from /proc (pid), its
 // goroutines from its pprof listener (debug), its container count, and

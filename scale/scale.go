@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"shoal"
+	"shoal/internal/backoff"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/embedetcd"
 	"shoal/internal/freeport"
@@ -574,6 +575,10 @@ func (r *run) create(ctx context.Context, rep *Report) error {
 	return nil
 }
 
+// refusedRetry spaces the rounds of a create every live node refused
+// (their leases renew within a TTL).
+var refusedRetry = backoff.Policy{Initial: 100 * time.Millisecond, Max: time.Second}
+
 // createRange creates sandboxes [from, to) with the configured clients and
 // returns the latencies of those from measureFrom on, and the time taken.
 func (r *run) createRange(ctx context.Context, from, to, measureFrom int) ([]time.Duration, time.Duration, error) {
@@ -620,10 +625,7 @@ func (r *run) createRange(ctx context.Context, from, to, measureFrom int) ([]tim
 					refused.Add(1)
 					resumeAt.Store(time.Now().Add(r.cfg.NodeTTL).UnixNano())
 					if (attempt+1)%len(live) == 0 {
-						select {
-						case <-ctx.Done():
-						case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)):
-						}
+						_ = backoff.Sleep(ctx, refusedRetry.Delay((attempt+1)/len(live)-1))
 					}
 				}
 				d := time.Since(s)
