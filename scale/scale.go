@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"shoal"
-	"shoal/internal/backoff"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/embedetcd"
+	"shoal/internal/backoff"
 	"shoal/internal/freeport"
 	"shoal/internal/proc"
 	"shoal/lease"

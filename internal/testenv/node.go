@@ -173,4 +173,3 @@ func RemoveNodeContainers(t testing.TB, nodeID string) {
 		}
 	}
 }
-
