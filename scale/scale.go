@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,6 +25,7 @@ import (
 	"shoal/embedetcd"
 	"shoal/internal/backoff"
 	"shoal/internal/freeport"
+	"shoal/internal/launch"
 	"shoal/internal/proc"
 	"shoal/lease"
 	"shoal/node"
@@ -208,29 +208,21 @@ func (r *run) start(id string, hollow bool) (*nodeProc, error) {
 	if err := os.MkdirAll(p.dir, 0o755); err != nil {
 		return nil, err
 	}
-	args := []string{"node", "start", "--node-id", id, "--listen", p.addr, "--data-dir", filepath.Join(p.dir, "data"),
-		"--etcd-endpoints", "http://" + r.etcd.Endpoint(),
-		"--lease-ttl", r.cfg.LeaseTTL.String(), "--node-ttl", r.cfg.NodeTTL.String(), "--log-level", "warn"}
+	ln := launch.Node{ID: id, Listen: p.addr, DataDir: filepath.Join(p.dir, "data"),
+		EtcdEndpoints: []string{"http://" + r.etcd.Endpoint()},
+		LeaseTTL:      r.cfg.LeaseTTL, NodeTTL: r.cfg.NodeTTL, LogLevel: "warn"}
 	if hollow {
-		args = append(args, "--runtime", node.RuntimeHollow, "--hollow-latency", r.cfg.HollowLatency.String())
+		ln.Extra = []string{"--runtime", node.RuntimeHollow, "--hollow-latency", r.cfg.HollowLatency.String()}
 	} else {
 		dport, err := freePort()
 		if err != nil {
 			return nil, err
 		}
 		p.debug = fmt.Sprintf("127.0.0.1:%d", dport)
-		args = append(args, "--debug-listen", p.debug)
+		ln.DebugListen = p.debug
 	}
-	log, err := os.Create(filepath.Join(p.dir, "node.log"))
-	if err != nil {
+	if p.p, err = launch.Start(launch.Process{Binary: r.cfg.Binary, Log: filepath.Join(p.dir, "node.log")}, ln); err != nil {
 		return nil, err
-	}
-	cmd := exec.Command(r.cfg.Binary, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	p.p, err = proc.Start(cmd)
-	log.Close() // the child has its own copy
-	if err != nil {
-		return nil, fmt.Errorf("start node %s: %w", id, err)
 	}
 	if p.conn, err = grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		return nil, err
