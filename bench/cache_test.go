@@ -82,13 +82,12 @@ func fill(b *testing.B, c *clientv3.Client, s *store.Store, n int) {
 // waitCached waits until the cache holds n sandboxes.
 func waitCached(b *testing.B, cache *store.Cache, n int) {
 	b.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for cache.Stats().Sandboxes < n {
-		if time.Now().After(deadline) {
-			b.Fatalf("the cache holds %d of %d sandboxes after two minutes", cache.Stats().Sandboxes, n)
+	testenv.Eventually(b, 2*time.Minute, fmt.Sprintf("the cache holding %d sandboxes", n), func() error {
+		if got := cache.Stats().Sandboxes; got < n {
+			return fmt.Errorf("it holds %d", got)
 		}
-		<-time.After(10 * time.Millisecond) // poll interval
-	}
+		return nil
+	})
 }
 
 // A consistent Get served from the cache vs a raw linearizable etcd Get

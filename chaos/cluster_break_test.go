@@ -41,18 +41,6 @@ func TestClusterBreaksAreCaught(t *testing.T) {
 	t.Run("unfenced-leader", func(t *testing.T) { unfencedLeaderIsCaught(t, broken) })
 }
 
-// waitUntil polls cond every 20ms until it holds, or fails the test.
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		<-time.After(20 * time.Millisecond) // poll interval
-	}
-}
-
 // sampled starts a ClusterSampler over c and returns it with its stop,
 // which first waits until the keyspace watch has seen every change so far
 // (idempotent; also run at cleanup).
@@ -141,18 +129,18 @@ func noFreezeIsCaught(t *testing.T, broken string) {
 					t.Fatal(err)
 				}
 			}
-			waitUntil(t, 20*time.Second, "the owner's containers sampled running", func() bool { return lastSample(cs, owner).Running == 2 })
+			testenv.Eventually(t, 20*time.Second, "the owner's containers sampled running", func() bool { return lastSample(cs, owner).Running == 2 })
 
 			c.CutOff(1)
-			waitUntil(t, 30*time.Second, "the owner's lease expiry seen", func() bool { p, _ := regState(cs, owner); return !p })
+			testenv.Eventually(t, 30*time.Second, "the owner's lease expiry seen", func() bool { p, _ := regState(cs, owner); return !p })
 			_, expired := regState(cs, owner)
 			// Sample well past the fence margin before healing.
-			waitUntil(t, 30*time.Second, "samples past the fence margin", func() bool {
+			testenv.Eventually(t, 30*time.Second, "samples past the fence margin", func() bool {
 				return lastSample(cs, owner).Start.After(expired.Add(breakNodeTTL + time.Second))
 			})
 			c.Heal(1)
-			waitUntil(t, 30*time.Second, "the owner registered again", func() bool { p, _ := regState(cs, owner); return p })
-			waitUntil(t, 30*time.Second, "the owner's containers running again", func() bool { return lastSample(cs, owner).Running == 2 })
+			testenv.Eventually(t, 30*time.Second, "the owner registered again", func() bool { p, _ := regState(cs, owner); return p })
+			testenv.Eventually(t, 30*time.Second, "the owner's containers running again", func() bool { return lastSample(cs, owner).Running == 2 })
 			stop()
 
 			res := cs.Check(tc.name, nil, breakNodeTTL)
@@ -307,7 +295,7 @@ func createsAtStop(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, l
 	if i > 0 {
 		live.Up(node, time.Now())
 		c.Restart(victim)
-		waitUntil(t, 30*time.Second, "the node registered again", func() bool { p, _ := regState(cs, node); return p })
+		testenv.Eventually(t, 30*time.Second, "the node registered again", func() bool { p, _ := regState(cs, node); return p })
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -344,15 +332,15 @@ func createsAtStop(t *testing.T, c *testenv.Cluster, cs *chaos.ClusterSampler, l
 		})
 	}
 	// Let the creates get going, then stop the node under them.
-	waitUntil(t, 30*time.Second, "creates landing on the node", func() bool { mu.Lock(); defer mu.Unlock(); return ok >= 16 })
+	testenv.Eventually(t, 30*time.Second, "creates landing on the node", func() bool { mu.Lock(); defer mu.Unlock(); return ok >= 16 })
 	live.Down(node, time.Now())
 	c.Shutdown(victim) // revokes its lease before it exits
-	waitUntil(t, 30*time.Second, "the node's registry key gone", func() bool { p, _ := regState(cs, node); return !p })
+	testenv.Eventually(t, 30*time.Second, "the node's registry key gone", func() bool { p, _ := regState(cs, node); return !p })
 	_, at := regState(cs, node)
 	mu.Lock()
 	gone = at
 	mu.Unlock()
-	waitUntil(t, 30*time.Second, "32 creates sent after the revoke", func() bool { mu.Lock(); defer mu.Unlock(); return after >= 32 })
+	testenv.Eventually(t, 30*time.Second, "32 creates sent after the revoke", func() bool { mu.Lock(); defer mu.Unlock(); return after >= 32 })
 	stopHammer()
 	wg.Wait()
 	t.Logf("attempt %d: %d creates on %s succeeded, %d refused (first: %v)", i+1, ok, node, bad, firstErr)
@@ -387,7 +375,7 @@ func unfencedLeaderIsCaught(t *testing.T, broken string) {
 				}
 				return term.Node
 			}
-			waitUntil(t, 30*time.Second, "a leader", func() bool { return leader() != "" })
+			testenv.Eventually(t, 30*time.Second, "a leader", func() bool { return leader() != "" })
 			li := 0
 			if leader() == c.ID(1) {
 				li = 1
@@ -407,13 +395,13 @@ func unfencedLeaderIsCaught(t *testing.T, broken string) {
 			from := start.Header.Revision
 
 			c.Stop(li)
-			waitUntil(t, 30*time.Second, "the other node leading", func() bool { return leader() == c.ID(oi) })
+			testenv.Eventually(t, 30*time.Second, "the other node leading", func() bool { return leader() == c.ID(oi) })
 			c.Stop(oi)
 			c.Resume(li)
 			// Through the deaf leader's own API, which refuses calls
 			// (UNAVAILABLE) until it holds its liveness lease again.
 			for _, name := range names {
-				waitUntil(t, 30*time.Second, "delete "+name+" accepted", func() bool {
+				testenv.Eventually(t, 30*time.Second, "delete "+name+" accepted", func() bool {
 					_, err := c.Client(li).DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: name})
 					if err != nil && status.Code(err) != codes.Unavailable {
 						t.Fatal(err)
@@ -421,7 +409,7 @@ func unfencedLeaderIsCaught(t *testing.T, broken string) {
 					return err == nil
 				})
 			}
-			waitUntil(t, 60*time.Second, "the sandboxes removed", func() bool {
+			testenv.Eventually(t, 60*time.Second, "the sandboxes removed", func() bool {
 				r, err := c.Etcd().Get(ctx, "/shoal/sandboxes/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 				return err == nil && r.Count == 0
 			})

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -9,7 +10,19 @@ import (
 	"time"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/chaos/hosts"
+	"shoal/internal/backoff"
 	"shoal/lease"
+)
+
+// Every cluster fault undoes a failed injection (schedule retries it).
+var (
+	_ Restorer = (*hostKill)(nil)
+	_ Restorer = (*hostStop)(nil)
+	_ Restorer = (*partition)(nil)
+	_ Restorer = (*memberLoss)(nil)
+	_ Restorer = (*slowPeer)(nil)
+	_ Restorer = (*hostDockerFaults)(nil)
 )
 
 // Faults on a cluster of hosts (--cluster). Each picks its node when it is
@@ -55,6 +68,25 @@ func (f *clusterFault) Target() string {
 		s += " (" + f.note + ")"
 	}
 	return s
+}
+
+// Restore undoes what a failed injection left on the nodes it picked
+// (Restorer): each back running, thawed and connected, and serving.
+func (f *clusterFault) Restore(ctx context.Context) error {
+	nodes, _ := f.last()
+	for _, i := range nodes {
+		err := f.e.hosts.Restore(ctx, i)
+		if errors.Is(err, hosts.ErrRemoved) {
+			continue // replaced for good: nothing of it to restore
+		}
+		if err != nil {
+			return err
+		}
+		if err := f.e.up(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (f *clusterFault) pickAny() int {
@@ -270,20 +302,16 @@ func (f *memberLoss) Heal(ctx context.Context) error {
 	// The dead host is gone for good: forget it once the leader has seen
 	// it lost (a NotReady node only), then its sandboxes are deleted
 	// under the fence rule.
-	deadline := time.Now().Add(clusterNodeTTL + 30*time.Second)
-	for {
-		_, err := f.e.hosts.ClusterClient(j).RemoveNode(ctx, &shoalv1.RemoveNodeRequest{Name: old})
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("node remove %s after its replacement: %w", old, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
-		}
+	rctx, cancel := context.WithTimeout(ctx, clusterNodeTTL+30*time.Second)
+	defer cancel()
+	err = backoff.Retry(rctx, harnessRetry, func(int) error {
+		_, err := f.e.hosts.ClusterClient(j).RemoveNode(rctx, &shoalv1.RemoveNodeRequest{Name: old})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node remove %s after its replacement: %w", old, err)
 	}
+	return nil
 }
 
 // slowPeer adds latency to one voter's raft traffic.
@@ -299,6 +327,9 @@ func (f *slowPeer) Inject(context.Context) error {
 	f.set([]int{i}, d.String())
 	return f.e.hosts.SlowPeer(i, d)
 }
+
+// Restore: a SlowPeer that failed set no latency; nothing to undo.
+func (f *slowPeer) Restore(context.Context) error { return nil }
 func (f *slowPeer) Heal(context.Context) error {
 	nodes, _ := f.last()
 	return f.e.hosts.Unslow(nodes[0])

@@ -32,18 +32,6 @@ func randomID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// waitFor polls cond every 20ms until it holds, or fails the test.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		<-time.After(20 * time.Millisecond) // poll interval
-	}
-}
-
 func TestKeyspaceWatchAgainstEtcd(t *testing.T) {
 	cli, _ := testenv.Etcd(t)
 	const prefix = "/chaostest"
@@ -108,7 +96,7 @@ func TestKeyspaceWatchAgainstEtcd(t *testing.T) {
 		}
 	}
 	raw("c", "uc")
-	waitFor(t, 10*time.Second, "the raw record seen", func() bool { return len(w.Violations("x")) == 2 })
+	testenv.Eventually(t, 10*time.Second, "the raw record seen", func() bool { return len(w.Violations("x")) == 2 })
 	for _, v := range w.Violations("x") {
 		if v.Invariant != invCapacity {
 			t.Fatalf("raw record: %v", v)
@@ -119,7 +107,7 @@ func TestKeyspaceWatchAgainstEtcd(t *testing.T) {
 	// when (etcd rounds a lease up to its minimum TTL, 2s by default).
 	unregister()
 	cut := time.Now()
-	waitFor(t, 15*time.Second, "the lease expiry seen", func() bool {
+	testenv.Eventually(t, 15*time.Second, "the lease expiry seen", func() bool {
 		evs := w.Registry()["n1"]
 		return len(evs) > 0 && !evs[len(evs)-1].Present
 	})
@@ -135,7 +123,7 @@ func TestKeyspaceWatchAgainstEtcd(t *testing.T) {
 
 	// A sandbox placed on n1 now is placed on a node that is not Ready.
 	raw("d", "ud")
-	waitFor(t, 10*time.Second, "the dead placement seen", func() bool {
+	testenv.Eventually(t, 10*time.Second, "the dead placement seen", func() bool {
 		v := w.Violations("x")
 		return len(v) > 0 && v[len(v)-1].Invariant == invPlacedReady
 	})
@@ -191,18 +179,18 @@ func TestEngineSamplerAgainstEngines(t *testing.T) {
 	}
 	uid := randomID("uid-")
 	runContainer(t, engines[0].Client, n1, uid)
-	waitFor(t, 20*time.Second, "n1's container seen running", func() bool { return last(n1).Running == 1 })
+	testenv.Eventually(t, 20*time.Second, "n1's container seen running", func() bool { return last(n1).Running == 1 })
 	if d := s.Duplicates(); len(d) != 0 {
 		t.Fatalf("one container: %+v", d)
 	}
 	// A second copy of the uid on the other node's engine.
 	second := runContainer(t, engines[1].Client, n2, uid)
-	waitFor(t, 20*time.Second, "the double run seen", func() bool { return len(s.Duplicates()) == 1 })
+	testenv.Eventually(t, 20*time.Second, "the double run seen", func() bool { return len(s.Duplicates()) == 1 })
 	// Paused, it runs nothing: the stretch ends.
 	if err := engines[1].Client.ContainerPause(context.Background(), second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the pause seen", func() bool { l := last(n2); return l.Paused == 1 && l.Running == 0 })
+	testenv.Eventually(t, 20*time.Second, "the pause seen", func() bool { l := last(n2); return l.Paused == 1 && l.Running == 0 })
 	rounds := s.Duplicates()[0].Rounds
 	stop()
 	v := s.Violations("x")

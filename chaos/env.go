@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -28,7 +27,10 @@ import (
 	"shoal/chaos/tcpproxy"
 	"shoal/docker"
 	"shoal/embedetcd"
+	"shoal/internal/backoff"
 	"shoal/internal/freeport"
+	"shoal/internal/launch"
+	"shoal/internal/proc"
 	"shoal/store"
 )
 
@@ -66,8 +68,7 @@ type env struct {
 	logPath     string
 
 	mu   sync.Mutex
-	proc *exec.Cmd
-	wait chan error
+	proc *proc.Process
 }
 
 // Lease TTL and timings of an owned node: short, so that faults heal fast.
@@ -171,70 +172,57 @@ func (e *env) startOwned(ctx context.Context) error {
 
 // startNode (re)starts the owned node process on the same data.
 func (e *env) startNode() error {
-	log, err := os.OpenFile(e.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	p, err := launch.Start(launch.Process{Binary: e.cfg.Binary, Log: e.logPath, Env: e.cfg.NodeEnv}, launch.Node{
+		ID: e.nodeID, Listen: e.api, DebugListen: e.debug,
+		EtcdEndpoints: []string{"http://" + e.etcdProxy.Addr()}, Prefix: e.cfg.Prefix,
+		DockerHost: "unix://" + filepath.Join(e.dir, "docker.sock"),
+		LeaseTTL:   chaosLeaseTTL, Resync: chaosResync, OrphanGrace: chaosOrphanGrace,
+		LogFormat: "json", LogLevel: "info",
+	})
 	if err != nil {
 		return err
 	}
-	args := []string{"node", "start",
-		"--node-id", e.nodeID, "--listen", e.api, "--debug-listen", e.debug,
-		"--etcd-endpoints", "http://" + e.etcdProxy.Addr(), "--prefix", e.cfg.Prefix,
-		"--docker-host", "unix://" + filepath.Join(e.dir, "docker.sock"),
-		"--lease-ttl", chaosLeaseTTL.String(), "--resync", chaosResync.String(), "--orphan-grace", chaosOrphanGrace.String(),
-		"--log-format", "json", "--log-level", "info",
-	}
-	cmd := exec.Command(e.cfg.Binary, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.Env = append(os.Environ(), e.cfg.NodeEnv...)
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("start node %s: %w", e.cfg.Binary, err)
-	}
-	wait := make(chan error, 1)
-	go func() { wait <- cmd.Wait(); log.Close() }()
 	e.mu.Lock()
-	e.proc, e.wait = cmd, wait
+	e.proc = p
 	e.mu.Unlock()
 	return nil
 }
 
 // waitServing polls the API until it answers.
 func (e *env) waitServing(ctx context.Context, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	err := backoff.Retry(wctx, harnessRetry, func(int) error {
+		cctx, cancel := context.WithTimeout(wctx, 2*time.Second)
+		defer cancel()
 		_, err := e.client.ListProviders(cctx, &shoalv1.ListProvidersRequest{PageSize: 1})
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("node at %s did not serve within %s: %w", e.api, within, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("node at %s did not serve within %s: %w", e.api, within, err)
 	}
+	return nil
 }
 
 func (e *env) signal(sig syscall.Signal) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.proc == nil || e.proc.Process == nil {
+	if e.proc == nil || e.proc.Exited() {
 		return errors.New("no node process")
 	}
-	return e.proc.Process.Signal(sig)
+	e.proc.Signal(sig)
+	return nil
 }
 
 // kill stops the node process hard and waits for it to be gone.
 func (e *env) kill() error {
-	if err := e.signal(syscall.SIGKILL); err != nil {
-		return err
-	}
 	e.mu.Lock()
-	w := e.wait
+	p := e.proc
 	e.mu.Unlock()
-	<-w
+	if p == nil || p.Exited() {
+		return errors.New("no node process")
+	}
+	p.Kill()
 	return nil
 }
 
@@ -242,10 +230,10 @@ func (e *env) kill() error {
 func (e *env) pid() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.proc == nil || e.proc.Process == nil {
+	if e.proc == nil {
 		return 0
 	}
-	return e.proc.Process.Pid
+	return e.proc.Pid()
 }
 
 // clientFor is traffic client id's API client.
@@ -356,17 +344,10 @@ func (e *env) close() {
 	}
 	if e.owned {
 		e.mu.Lock()
-		proc, wait := e.proc, e.wait
+		p := e.proc
 		e.mu.Unlock()
-		if proc != nil {
-			_ = proc.Process.Signal(syscall.SIGCONT)
-			_ = proc.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-wait:
-			case <-time.After(20 * time.Second):
-				_ = proc.Process.Kill()
-				<-wait
-			}
+		if p != nil {
+			p.Terminate(20 * time.Second)
 		}
 		if cs, err := e.containers(context.Background()); err == nil {
 			for _, c := range cs {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/backoff"
 )
 
 // A KeyspaceWatch follows, through one etcd watch, the keys that placement
@@ -129,17 +130,14 @@ func (w *KeyspaceWatch) rangeEnd() string   { return w.prefix + "/sandboxes0" } 
 // It returns nil when ctx ends, or the error of the first read if that
 // never succeeds.
 func (w *KeyspaceWatch) Run(ctx context.Context) error {
-	rev, err := w.resync(ctx, true)
-	for err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(200 * time.Millisecond): // retry interval
-		}
+	var rev int64
+	err := backoff.Retry(ctx, harnessRetry, func(int) error {
+		var err error
 		rev, err = w.resync(ctx, true)
+		return err
+	})
+	if err != nil {
+		return nil // only ctx ends the retries
 	}
 	close(w.ready)
 	for ctx.Err() == nil {
@@ -172,10 +170,7 @@ func (w *KeyspaceWatch) Run(ctx context.Context) error {
 		w.mu.Lock()
 		w.fig.Restarts++
 		w.mu.Unlock()
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond): // before watching again
-		}
+		_ = backoff.Sleep(ctx, 100*time.Millisecond) // before watching again
 	}
 	w.mu.Lock()
 	w.check()

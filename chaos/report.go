@@ -43,7 +43,8 @@ type ScenarioReport struct {
 	Convergence *ConvergenceFigures `json:"convergence,omitempty"`
 }
 
-// FaultRecord is one injected fault.
+// FaultRecord is one fault the schedule drew: injected, or, when every
+// attempt failed, not injected (NotInjected says why).
 type FaultRecord struct {
 	Name string        `json:"name"`
 	At   time.Time     `json:"at"`
@@ -53,7 +54,31 @@ type FaultRecord struct {
 	// Failover, for a leader kill: kill → the next leader's first fenced
 	// write (its term record).
 	Failover time.Duration `json:"failover_ns,omitempty"`
+	// Attempts is how many injections were tried (more than one: the
+	// first failed and was retried).
+	Attempts int `json:"attempts"`
+	// NotInjected is the last injection error when no attempt took: the
+	// lab failed, not shoal, and the run went on without this fault.
+	NotInjected string `json:"not_injected,omitempty"`
 }
+
+// Injected reports whether the fault took.
+func (f FaultRecord) Injected() bool { return f.NotInjected == "" }
+
+// injectedFaults counts the faults of fs that took.
+func injectedFaults(fs []FaultRecord) int {
+	n := 0
+	for _, f := range fs {
+		if f.Injected() {
+			n++
+		}
+	}
+	return n
+}
+
+// Failed reports whether the run found a violation. Faults not injected
+// do not fail it; a broken harness is Run's error, not the report's.
+func (r *Report) Failed() bool { return len(r.Violations) > 0 }
 
 // Harassment counts the writes aimed at sandboxes being deleted.
 type Harassment struct {
@@ -69,7 +94,10 @@ type Summary struct {
 	ErrorsByCode     map[string]int `json:"errors_by_code"`
 	DeletesUnderFire int            `json:"deletes_under_writers"`
 	Faults           map[string]int `json:"faults"`
-	LatencyMS        map[string]Pct `json:"latency_ms"`
+	// FaultsNotInjected counts, by fault, those whose injection failed
+	// every attempt (FaultRecord.NotInjected).
+	FaultsNotInjected map[string]int `json:"faults_not_injected,omitempty"`
+	LatencyMS         map[string]Pct `json:"latency_ms"`
 	// During faults, by op kind.
 	FaultLatencyMS map[string]Pct `json:"fault_latency_ms_by_kind"`
 	// On a cluster: faults by node, failover and fence times, and the
@@ -105,7 +133,7 @@ func pct(ds []time.Duration) Pct {
 }
 
 func (r *Report) summarize(ops []Op) {
-	s := Summary{OpsByKind: map[string]int{}, ErrorsByCode: map[string]int{}, Faults: map[string]int{}, LatencyMS: map[string]Pct{},
+	s := Summary{OpsByKind: map[string]int{}, ErrorsByCode: map[string]int{}, Faults: map[string]int{}, FaultsNotInjected: map[string]int{}, LatencyMS: map[string]Pct{},
 		FaultLatencyMS: map[string]Pct{}, FaultsByNode: map[string]int{}}
 	var calm, faulty []time.Duration
 	byKind := map[string][]time.Duration{}
@@ -126,6 +154,10 @@ func (r *Report) summarize(ops []Op) {
 	var failovers []time.Duration
 	for _, sc := range r.Scenarios {
 		for _, f := range sc.Faults {
+			if !f.Injected() {
+				s.FaultsNotInjected[f.Name]++
+				continue
+			}
 			s.Faults[f.Name]++
 			if f.Target != "" {
 				node, _, _ := strings.Cut(f.Target, " ")
@@ -170,7 +202,7 @@ func (r *Report) WriteSummary(w io.Writer) {
 	fmt.Fprintln(tw, "\nSCENARIO\tOPS\tFAULTS\tLABEL FLIPS\tSTATUS WRITES\tREWRITES\tFENCED WRITES\tLINEARIZABILITY\tVIOLATIONS")
 	for _, s := range r.Scenarios {
 		h := s.Harassment
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\n", s.Name, s.Ops, len(s.Faults), h.LabelFlips, h.StatusWrites, h.IdenticalRewrites, s.FencedWrites, s.Linearizability, len(s.Violations))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%d\n", s.Name, s.Ops, injectedFaults(s.Faults), h.LabelFlips, h.StatusWrites, h.IdenticalRewrites, s.FencedWrites, s.Linearizability, len(s.Violations))
 	}
 	fmt.Fprintln(tw, "\nOP\tCOUNT")
 	for _, k := range sortedKeys(r.Summary.OpsByKind) {
@@ -180,9 +212,16 @@ func (r *Report) WriteSummary(w io.Writer) {
 	for _, k := range sortedKeys(r.Summary.ErrorsByCode) {
 		fmt.Fprintf(tw, "%s\t%d\n", k, r.Summary.ErrorsByCode[k])
 	}
-	fmt.Fprintln(tw, "\nFAULT\tINJECTED")
-	for _, k := range sortedKeys(r.Summary.Faults) {
-		fmt.Fprintf(tw, "%s\t%d\n", k, r.Summary.Faults[k])
+	fmt.Fprintln(tw, "\nFAULT\tINJECTED\tNOT INJECTED")
+	names := map[string]bool{}
+	for k := range r.Summary.Faults {
+		names[k] = true
+	}
+	for k := range r.Summary.FaultsNotInjected {
+		names[k] = true
+	}
+	for _, k := range sortedKeys(names) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", k, r.Summary.Faults[k], r.Summary.FaultsNotInjected[k])
 	}
 	fmt.Fprintln(tw, "\nLATENCY\tP50 ms\tP99 ms\tOPS")
 	for _, k := range []string{"without_faults", "during_faults"} {
@@ -208,6 +247,20 @@ func (r *Report) WriteSummary(w io.Writer) {
 		fmt.Fprintf(tw, "worst fence time (lease expiry → containers paused)\t%s %s\n", r.Summary.WorstFence.Round(time.Millisecond), r.Summary.WorstFenceAt)
 		fmt.Fprintf(tw, "longest convergence after the faults healed\t%s\n", r.Summary.Convergence.Round(time.Millisecond))
 	}
+	var notInjected []string
+	for _, sc := range r.Scenarios {
+		for _, f := range sc.Faults {
+			if !f.Injected() {
+				notInjected = append(notInjected, fmt.Sprintf("  %s %s (%d attempts, at %s): %s", sc.Name, f.Name, f.Attempts, clock(f.At), f.NotInjected))
+			}
+		}
+	}
+	fmt.Fprintf(tw, "\nFAULTS NOT INJECTED\t%d\n", len(notInjected))
+	tw.Flush()
+	for _, l := range notInjected {
+		fmt.Fprintln(w, l)
+	}
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "\nVIOLATIONS\t%d\n", len(r.Violations))
 	tw.Flush()
 	for _, v := range r.Violations {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/backoff"
 )
 
 // Run runs the configured scenarios against one environment and returns
@@ -35,9 +37,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		sr, err := runScenario(ctx, e, h, cfg, i, name, name, per, bar)
 		if err != nil {
+			rep.Scenarios = append(rep.Scenarios, sr)
 			rep.Finished = time.Now()
 			rep.summarize(h.snapshot())
-			return rep, fmt.Errorf("scenario %s: %w", name, err)
+			err = fmt.Errorf("scenario %s: %w", name, err)
+			if cfg.ReportDir != "" {
+				if werr := rep.write(cfg.ReportDir, h.snapshot()); werr != nil {
+					err = errors.Join(err, werr)
+				}
+			}
+			return rep, err
 		}
 		rep.Scenarios = append(rep.Scenarios, sr)
 		rep.Violations = append(rep.Violations, sr.Violations...)
@@ -258,7 +267,7 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 	sr.Violations = append(sr.Violations, fv...)
 	sr.Ops = len(ops)
 	sr.Finished = time.Now()
-	logf(cfg, "scenario %s: %d ops, %d faults, %d violations", name, len(ops), len(sr.Faults), len(sr.Violations))
+	logf(cfg, "scenario %s: %d ops, %d faults, %d violations", name, len(ops), injectedFaults(sr.Faults), len(sr.Violations))
 	return sr, nil
 }
 
@@ -275,13 +284,83 @@ func scenarioOps(all []Op, name string) []Op {
 // faultTimeout bounds one fault's injection, hold and healing.
 const faultTimeout = 5 * time.Minute
 
+// injectRetry is how a fault that fails to inject is tried again: the
+// lab's own tools fail under load now and then (docker pause: "unable to
+// freeze"), and a fault that did not take is no finding about shoal.
+var injectRetry = backoff.Policy{Initial: 250 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2, Attempts: 3}
+
+// harnessRetry is how the harness tries again a call of its own that
+// the system under test may refuse for a while (a node not serving yet, a
+// leader being elected), until the caller's context ends.
+var harnessRetry = backoff.Policy{Initial: 100 * time.Millisecond, Max: time.Second, Jitter: 0.2}
+
+// Restorer is a Fault that can undo what a failed Inject left behind (a
+// node frozen or cut off after all, one of two nodes disconnected): its
+// target as it was before, serving. A Fault without it leaves nothing
+// behind when Inject fails.
+type Restorer interface {
+	Restore(ctx context.Context) error
+}
+
+// errHarness marks an error of the lab itself, not of shoal: a target it
+// could not restore. It fails the run as a violation does.
+var errHarness = errors.New("broken harness")
+
+// inject injects f under injectRetry, restoring its target after every
+// failed attempt. It returns the attempts made and, when none took, the
+// last injection error (the fault is then not injected and the run goes
+// on). A target that cannot be restored is a broken harness: fatal.
+func inject(ctx context.Context, f Fault, retry backoff.Policy, logf func(string, ...any)) (attempts int, injectErr, fatal error) {
+	var last error
+	err := backoff.Retry(ctx, retry, func(attempt int) error {
+		attempts = attempt
+		err := f.Inject(ctx)
+		if err == nil {
+			return nil
+		}
+		last = err
+		logf("fault %s: injection attempt %d failed: %v", f.Name(), attempt, err)
+		if r, ok := f.(Restorer); ok {
+			if rerr := r.Restore(ctx); rerr != nil {
+				fatal = fmt.Errorf("%w: fault %s failed to inject (%v) and its target could not be restored: %w", errHarness, f.Name(), err, rerr)
+				return backoff.Permanent(err)
+			}
+		}
+		return err
+	})
+	switch {
+	case err == nil:
+	case errors.Is(err, backoff.ErrExhausted):
+		injectErr = last // the attempts are counted apart
+	default:
+		injectErr = err
+	}
+	return attempts, injectErr, fatal
+}
+
 // schedule injects faults one after another until ctx ends, and always
-// heals the last one.
+// heals the last one. A fault that does not inject after injectRetry is
+// recorded as not injected and the schedule goes on; it returns an error
+// only for a broken harness: a target not restored or a heal that failed.
 // injected counts the faults so far, for the progress line (sr.Faults is
 // the scheduler's alone until it returns).
 func schedule(ctx context.Context, e *env, h *history, faults []Fault, rng *rand.Rand, sr *ScenarioReport, injected *atomic.Int64) error {
+	o := scheduleOptions{retry: injectRetry, unit: time.Millisecond, logf: func(format string, a ...any) { logf(e.cfg, format, a...) }}
+	return o.run(ctx, h, faults, rng, sr, injected)
+}
+
+// scheduleOptions are the scheduler's knobs a test turns down.
+type scheduleOptions struct {
+	retry backoff.Policy
+	// unit scales the gaps between faults (500-2000 units).
+	unit time.Duration
+	logf func(string, ...any)
+}
+
+func (o scheduleOptions) run(ctx context.Context, h *history, faults []Fault, rng *rand.Rand, sr *ScenarioReport, injected *atomic.Int64) error {
+	logf := o.logf
 	for {
-		gap := time.Duration(500+rng.IntN(1500)) * time.Millisecond
+		gap := time.Duration(500+rng.IntN(1500)) * o.unit
 		select {
 		case <-ctx.Done():
 			return nil
@@ -295,10 +374,21 @@ func schedule(ctx context.Context, e *env, h *history, faults []Fault, rng *rand
 		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), faultTimeout)
 		h.setFault(1)
 		at := time.Now()
-		if err := f.Inject(bg); err != nil {
+		attempts, ierr, fatal := inject(bg, f, o.retry, logf)
+		if fatal != nil || ierr != nil {
 			cancel()
 			h.setFault(-1)
-			return fmt.Errorf("inject %s: %w", f.Name(), err)
+			if fatal != nil {
+				return fatal
+			}
+			logf("fault %s: not injected after %d attempt(s): %v", f.Name(), attempts, ierr)
+			rec := record(f, at, 0, attempts)
+			rec.NotInjected = ierr.Error()
+			sr.Faults = append(sr.Faults, rec)
+			if ctx.Err() != nil {
+				return nil
+			}
+			continue
 		}
 		select {
 		case <-ctx.Done():
@@ -308,25 +398,30 @@ func schedule(ctx context.Context, e *env, h *history, faults []Fault, rng *rand
 		err := f.Heal(bg)
 		cancel()
 		if d := time.Since(healAt); d > time.Minute {
-			logf(e.cfg, "fault %s: healing took %s", f.Name(), d.Round(time.Millisecond))
+			logf("fault %s: healing took %s", f.Name(), d.Round(time.Millisecond))
 		}
 		h.setFault(-1)
-		rec := FaultRecord{Name: f.Name(), At: at, Held: time.Since(at)}
-		if t, ok := f.(interface{ Target() string }); ok {
-			rec.Target = t.Target()
-		}
-		if fo, ok := f.(interface{ Failover() time.Duration }); ok {
-			rec.Failover = fo.Failover()
-		}
-		sr.Faults = append(sr.Faults, rec)
+		sr.Faults = append(sr.Faults, record(f, at, time.Since(at), attempts))
 		injected.Add(1)
 		if err != nil {
-			return fmt.Errorf("heal %s: %w", f.Name(), err)
+			return fmt.Errorf("%w: heal %s: %w", errHarness, f.Name(), err)
 		}
 		if ctx.Err() != nil {
 			return nil
 		}
 	}
+}
+
+// record is f's FaultRecord.
+func record(f Fault, at time.Time, held time.Duration, attempts int) FaultRecord {
+	rec := FaultRecord{Name: f.Name(), At: at, Held: held, Attempts: attempts}
+	if t, ok := f.(interface{ Target() string }); ok {
+		rec.Target = t.Target()
+	}
+	if fo, ok := f.(interface{ Failover() time.Duration }); ok {
+		rec.Failover = fo.Failover()
+	}
+	return rec
 }
 
 // checkQuiet waits, up to bound, for no DELETING sandbox and no orphan

@@ -22,6 +22,7 @@ import (
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/docker"
+	"shoal/internal/backoff"
 )
 
 // Sample is one measurement of a node's resources after a cycle's cleanup.
@@ -53,6 +54,9 @@ type SoakResult struct {
 	Violations []Violation `json:"violations"`
 	// Growth lists the resources that grew past their bound.
 	Growth []string `json:"growth"`
+	// FaultsNotInjected are the faults whose every injection attempt
+	// failed (the lab's tools, not shoal; they fail nothing).
+	FaultsNotInjected []string `json:"faults_not_injected,omitempty"`
 	// Started and Finished bound the soak.
 	Started  time.Time `json:"started"`
 	Finished time.Time `json:"finished"`
@@ -115,7 +119,12 @@ func Soak(ctx context.Context, cfg Config, total time.Duration) (*SoakResult, er
 				return res, res.finish(cfg, h, fmt.Errorf("cycle %d, scenario %s: %w", cycle, name, err))
 			}
 			res.Violations = append(res.Violations, sr.Violations...)
-			res.Faults += len(sr.Faults)
+			res.Faults += injectedFaults(sr.Faults)
+			for _, f := range sr.Faults {
+				if !f.Injected() {
+					res.FaultsNotInjected = append(res.FaultsNotInjected, fmt.Sprintf("%s %s (%d attempts): %s", inst, f.Name, f.Attempts, f.NotInjected))
+				}
+			}
 		}
 		if err := cleanup(ctx, e); err != nil {
 			return res, res.finish(cfg, h, fmt.Errorf("cycle %d cleanup: %w", cycle, err))
@@ -246,22 +255,17 @@ func sampleNodes(ctx context.Context, e *env, cycle int) ([]Sample, error) {
 			return p
 		}
 		var s Sample
-		var err error
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			s, err = sampleOne(ctx, pid, e.hosts.DebugAddr(i), func(ctx context.Context) (int, error) {
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := backoff.Retry(sctx, sampleRetry, func(int) error {
+			var err error
+			s, err = sampleOne(sctx, pid, e.hosts.DebugAddr(i), func(ctx context.Context) (int, error) {
 				cs, err := eng.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(
 					filters.Arg("label", docker.LabelManaged+"=true"), filters.Arg("label", docker.LabelNode+"="+id))})
 				return len(cs), err
 			}, e.hosts.ClientURL(i), e)
-			if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(500 * time.Millisecond):
-			}
-		}
+			return err
+		})
+		cancel()
 		if err != nil {
 			return out, fmt.Errorf("node %s: %w", id, err)
 		}
@@ -270,6 +274,10 @@ func sampleNodes(ctx context.Context, e *env, cycle int) ([]Sample, error) {
 	}
 	return out, nil
 }
+
+// sampleRetry spaces the tries of a node's sample (a node may be busy
+// just after a cycle's faults).
+var sampleRetry = backoff.Policy{Initial: 500 * time.Millisecond, Max: 2 * time.Second}
 
 // sampleOne reads one node's process figures from /proc (pid), its
 // goroutines from its pprof listener (debug), its container count, and
@@ -333,7 +341,7 @@ func (r *SoakResult) WriteSummary(w io.Writer) {
 	if r.Cluster > 0 {
 		fmt.Fprintf(tw, "cluster\t%d voters, %d workers\n", r.Cluster, r.Workers)
 	}
-	fmt.Fprintf(tw, "cycles\t%d\nops\t%d\nfaults\t%d\n", r.Cycles, r.Ops, r.Faults)
+	fmt.Fprintf(tw, "cycles\t%d\nops\t%d\nfaults\t%d\nfaults not injected\t%d\n", r.Cycles, r.Ops, r.Faults, len(r.FaultsNotInjected))
 	if !r.Started.IsZero() && !r.Finished.IsZero() {
 		fmt.Fprintf(tw, "elapsed\t%s\n", r.Finished.Sub(r.Started).Round(time.Second))
 	}
@@ -360,6 +368,9 @@ func (r *SoakResult) WriteSummary(w io.Writer) {
 	}
 	for _, g := range r.Growth {
 		fmt.Fprintf(w, "  [growth] %s\n", g)
+	}
+	for _, f := range r.FaultsNotInjected {
+		fmt.Fprintf(w, "  [not injected] %s\n", f)
 	}
 }
 

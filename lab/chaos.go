@@ -107,7 +107,8 @@ any host.
 					if err != nil {
 						return shoalcli.Failure("%s", err.Error())
 					}
-					if n := len(rep.Violations); n > 0 {
+					if rep.Failed() {
+						n := len(rep.Violations)
 						return shoalcli.Failure("%d invariant violation(s); report in %s; replay with --seed %d", n, cfg.ReportDir, cfg.Seed)
 					}
 					return nil

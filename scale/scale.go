@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -24,7 +23,9 @@ import (
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/embedetcd"
+	"shoal/internal/backoff"
 	"shoal/internal/freeport"
+	"shoal/internal/launch"
 	"shoal/internal/proc"
 	"shoal/lease"
 	"shoal/node"
@@ -207,29 +208,21 @@ func (r *run) start(id string, hollow bool) (*nodeProc, error) {
 	if err := os.MkdirAll(p.dir, 0o755); err != nil {
 		return nil, err
 	}
-	args := []string{"node", "start", "--node-id", id, "--listen", p.addr, "--data-dir", filepath.Join(p.dir, "data"),
-		"--etcd-endpoints", "http://" + r.etcd.Endpoint(),
-		"--lease-ttl", r.cfg.LeaseTTL.String(), "--node-ttl", r.cfg.NodeTTL.String(), "--log-level", "warn"}
+	ln := launch.Node{ID: id, Listen: p.addr, DataDir: filepath.Join(p.dir, "data"),
+		EtcdEndpoints: []string{"http://" + r.etcd.Endpoint()},
+		LeaseTTL:      r.cfg.LeaseTTL, NodeTTL: r.cfg.NodeTTL, LogLevel: "warn"}
 	if hollow {
-		args = append(args, "--runtime", node.RuntimeHollow, "--hollow-latency", r.cfg.HollowLatency.String())
+		ln.Extra = []string{"--runtime", node.RuntimeHollow, "--hollow-latency", r.cfg.HollowLatency.String()}
 	} else {
 		dport, err := freePort()
 		if err != nil {
 			return nil, err
 		}
 		p.debug = fmt.Sprintf("127.0.0.1:%d", dport)
-		args = append(args, "--debug-listen", p.debug)
+		ln.DebugListen = p.debug
 	}
-	log, err := os.Create(filepath.Join(p.dir, "node.log"))
-	if err != nil {
+	if p.p, err = launch.Start(launch.Process{Binary: r.cfg.Binary, Log: filepath.Join(p.dir, "node.log")}, ln); err != nil {
 		return nil, err
-	}
-	cmd := exec.Command(r.cfg.Binary, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	p.p, err = proc.Start(cmd)
-	log.Close() // the child has its own copy
-	if err != nil {
-		return nil, fmt.Errorf("start node %s: %w", id, err)
 	}
 	if p.conn, err = grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
 		return nil, err
@@ -574,6 +567,10 @@ func (r *run) create(ctx context.Context, rep *Report) error {
 	return nil
 }
 
+// refusedRetry spaces the rounds of a create every live node refused
+// (their leases renew within a TTL).
+var refusedRetry = backoff.Policy{Initial: 100 * time.Millisecond, Max: time.Second}
+
 // createRange creates sandboxes [from, to) with the configured clients and
 // returns the latencies of those from measureFrom on, and the time taken.
 func (r *run) createRange(ctx context.Context, from, to, measureFrom int) ([]time.Duration, time.Duration, error) {
@@ -620,10 +617,7 @@ func (r *run) createRange(ctx context.Context, from, to, measureFrom int) ([]tim
 					refused.Add(1)
 					resumeAt.Store(time.Now().Add(r.cfg.NodeTTL).UnixNano())
 					if (attempt+1)%len(live) == 0 {
-						select {
-						case <-ctx.Done():
-						case <-time.After(min(time.Duration(attempt+1)*100*time.Millisecond, time.Second)):
-						}
+						_ = backoff.Sleep(ctx, refusedRetry.Delay((attempt+1)/len(live)-1))
 					}
 				}
 				d := time.Since(s)

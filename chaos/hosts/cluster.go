@@ -26,6 +26,7 @@ import (
 	"shoal/chaos/tcpproxy"
 	"shoal/docker"
 	"shoal/internal/engine"
+	"shoal/internal/launch"
 )
 
 // Ports inside each node container (each has an address of its own).
@@ -386,39 +387,39 @@ func (c *Cluster) args(n *node) []string {
 	if c.mountsSocketFile(n) {
 		socket = "docker.sock"
 	}
-	a := []string{"node", "start",
-		"--node-id", n.id,
-		"--data-dir", dataMount,
-		"--listen", "0.0.0.0:" + strconv.Itoa(APIPort),
-		"--advertise", n.apiAddr(),
-		"--debug-listen", "0.0.0.0:" + strconv.Itoa(DebugPort),
-		"--docker-host", "unix://" + dockerMount + "/" + socket,
-		"--lease-ttl", c.cfg.LeaseTTL.String(),
-		"--node-ttl", c.cfg.NodeTTL.String(),
-		"--resync", c.cfg.Resync.String(),
-		"--orphan-grace", c.cfg.OrphanGrace.String(),
-		"--log-format", "json",
+	ln := launch.Node{
+		ID:          n.id,
+		DataDir:     dataMount,
+		Listen:      "0.0.0.0:" + strconv.Itoa(APIPort),
+		Advertise:   n.apiAddr(),
+		DebugListen: "0.0.0.0:" + strconv.Itoa(DebugPort),
+		DockerHost:  "unix://" + dockerMount + "/" + socket,
+		LeaseTTL:    c.cfg.LeaseTTL,
+		NodeTTL:     c.cfg.NodeTTL,
+		Resync:      c.cfg.Resync,
+		OrphanGrace: c.cfg.OrphanGrace,
+		FenceMargin: max(c.cfg.FenceMargin, 0),
+		LogFormat:   "json",
 		// The hosts' network is private to the run: plaintext on it.
-		"--insecure",
-	}
-	if c.cfg.FenceMargin > 0 {
-		a = append(a, "--fence-margin", c.cfg.FenceMargin.String())
+		Insecure: true,
+		Extra:    c.cfg.Args,
 	}
 	if n.voter {
-		a = append(a,
-			"--etcd-listen-client", "http://0.0.0.0:"+strconv.Itoa(EtcdClientPort),
-			"--etcd-advertise-client", clientURL(n),
-			"--etcd-listen-peer", "http://0.0.0.0:"+strconv.Itoa(EtcdPeerPort),
-			"--etcd-advertise-peer", peerURL(n))
+		ln.Member = &launch.Member{
+			ListenClient:    "http://0.0.0.0:" + strconv.Itoa(EtcdClientPort),
+			AdvertiseClient: clientURL(n),
+			ListenPeer:      "http://0.0.0.0:" + strconv.Itoa(EtcdPeerPort),
+			AdvertisePeer:   peerURL(n),
+		}
 		if n.join != "" {
-			a = append(a, "--join", n.join)
+			ln.Member.Join = n.join
 		} else {
-			a = append(a, "--etcd-initial-cluster", c.initialCluster)
+			ln.Member.InitialCluster = c.initialCluster
 		}
 	} else {
-		a = append(a, "--etcd-endpoints", strings.Join(c.EtcdEndpoints(), ","))
+		ln.EtcdEndpoints = c.EtcdEndpoints()
 	}
-	return append(a, c.cfg.Args...)
+	return ln.Args()
 }
 
 // mountsSocketFile: the system engine's socket shares its directory with

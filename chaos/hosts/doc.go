@@ -53,6 +53,10 @@
 //	ReplaceMember            the node killed for good, its member removed through another
 //	                         voter's API, its engine gone; a new voter joins with --join
 //
+// Restore undoes whatever a fault that failed half-way left, judged from
+// what the engine reports: it thaws, starts and reconnects the node (the
+// chaos scheduler calls it after a failed injection, before retrying).
+//
 // WaitServing waits for one node's API, WaitAllHealthy for the whole
 // cluster (every node Ready, the members exactly the voters, none a
 // learner, all healthy).

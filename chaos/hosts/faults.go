@@ -2,6 +2,7 @@ package hosts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/docker"
+	"shoal/internal/backoff"
 	"shoal/internal/engine"
 )
 
@@ -79,6 +81,11 @@ func (c *Cluster) Start(ctx context.Context, i int) error {
 	return nil
 }
 
+// retryPolicy spaces the harness's tries of an engine or cluster call
+// the other side may refuse or not answer for a while; the caller's
+// context bounds them.
+var retryPolicy = backoff.Policy{Initial: 200 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.2}
+
 // startAttempt bounds one start call: the engine (Docker 20.10) has been
 // seen to hang a start of a just-killed container for minutes (a lock in
 // the daemon, moby#28364 and kin) and answer the next call at once.
@@ -88,7 +95,7 @@ const startAttempt = 30 * time.Second
 // answer within startAttempt until ctx ends; a container found running
 // (an earlier attempt went through after all) is started.
 func (c *Cluster) startContainer(ctx context.Context, n *node) error {
-	for attempt := 1; ; attempt++ {
+	err := backoff.Retry(ctx, retryPolicy, func(attempt int) error {
 		actx, cancel := context.WithTimeout(ctx, startAttempt)
 		err := c.sys.ContainerStart(actx, n.cid(), container.StartOptions{})
 		cancel()
@@ -101,10 +108,15 @@ func (c *Cluster) startContainer(ctx context.Context, n *node) error {
 		if ctx.Err() != nil || actx.Err() == nil {
 			// The caller's time is up, or the engine answered: an error
 			// it gave is not a hang.
-			return fmt.Errorf("hosts: start node %d (%s): %w", n.index, n.id, err)
+			return backoff.Permanent(err)
 		}
 		c.cfg.Logf("hosts: start node %d (%s): no answer from the engine within %s (attempt %d); trying again", n.index, n.id, startAttempt, attempt)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("hosts: start node %d (%s): %w", n.index, n.id, err)
 	}
+	return nil
 }
 
 // Stop freezes node i's process (docker pause: the cgroup freezer, as
@@ -174,6 +186,55 @@ func (c *Cluster) Reconnect(ctx context.Context, i int) error {
 	}
 	n.setDisconnected(false)
 	n.conn.ResetConnectBackoff()
+	return nil
+}
+
+// Restore brings node i back from whatever a fault that failed half-way
+// left: it thaws the node if it is frozen, starts it if it is not running
+// and puts it back on the network if it is off it, each judged from what
+// its engine says, not from what the fault meant to do (a pause that
+// failed "unable to freeze" may have frozen it all the same). It does
+// nothing to a node that runs, thawed and connected; it returns once the
+// container runs, and WaitServing waits for its API. SlowPeer latency is
+// Unslow's to remove.
+func (c *Cluster) Restore(ctx context.Context, i int) error {
+	n, unlock, err := c.live(i)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	info, err := c.sys.ContainerInspect(ctx, n.cid())
+	if err != nil {
+		return fmt.Errorf("hosts: restore node %d (%s): inspect: %w", i, n.id, err)
+	}
+	if info.State != nil && info.State.Paused {
+		if err := c.sys.ContainerUnpause(ctx, n.cid()); err != nil {
+			return fmt.Errorf("hosts: restore node %d (%s): unpause: %w", i, n.id, err)
+		}
+	}
+	if info.State == nil || !info.State.Running {
+		if err := c.startContainer(ctx, n); err != nil {
+			return fmt.Errorf("hosts: restore node %d (%s): %w", i, n.id, err)
+		}
+		n.conn.ResetConnectBackoff()
+	}
+	on := false
+	if info.NetworkSettings != nil {
+		for name, ep := range info.NetworkSettings.Networks {
+			if name == c.net.name || (ep != nil && ep.NetworkID == c.net.id) {
+				on = true
+			}
+		}
+	}
+	if !on {
+		if err := c.sys.NetworkConnect(ctx, c.net.id, n.cid(), &network.EndpointSettings{
+			IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: n.addr.String()},
+		}); err != nil {
+			return fmt.Errorf("hosts: restore node %d (%s): reconnect to %s at %s: %w", i, n.id, c.net.name, n.addr, err)
+		}
+		n.conn.ResetConnectBackoff()
+	}
+	n.setDisconnected(false)
 	return nil
 }
 
@@ -320,8 +381,8 @@ func (c *Cluster) ReplaceMember(ctx context.Context, i int) (int, error) {
 // API takes the call. While etcd elects a leader (n may have led) the
 // call fails UNAVAILABLE: it is tried again until ctx ends.
 func (c *Cluster) removeMember(ctx context.Context, n *node) (*node, error) {
-	var lastErr error
-	for {
+	var done *node
+	err := backoff.Retry(ctx, retryPolicy, func(int) error {
 		c.mu.Lock()
 		var vias []*node
 		for _, o := range c.nodes {
@@ -331,24 +392,23 @@ func (c *Cluster) removeMember(ctx context.Context, n *node) (*node, error) {
 		}
 		c.mu.Unlock()
 		if len(vias) == 0 {
-			return nil, fmt.Errorf("hosts: remove the member of node %d (%s): no other voter", n.index, n.id)
+			return backoff.Permanent(errors.New("no other voter"))
 		}
+		var lastErr error
 		for _, via := range vias {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_, err := shoalv1.NewClusterClient(via.conn).RemoveMember(cctx, &shoalv1.RemoveMemberRequest{Name: n.id})
 			cancel()
-			if err == nil {
-				return via, nil
-			}
-			if status.Code(err) == codes.NotFound {
-				return via, nil // removed already (an earlier try that timed out)
+			if err == nil || status.Code(err) == codes.NotFound { // NotFound: removed already (an earlier try that timed out)
+				done = via
+				return nil
 			}
 			lastErr = fmt.Errorf("through node %d (%s): %w", via.index, via.id, err)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("hosts: remove the member of node %d (%s): %w (last: %v)", n.index, n.id, ctx.Err(), lastErr)
-		case <-time.After(200 * time.Millisecond): // retry interval
-		}
+		return lastErr
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hosts: remove the member of node %d (%s): %w", n.index, n.id, err)
 	}
+	return done, nil
 }

@@ -37,6 +37,7 @@ import (
 // sandbox within its node TTL + 2s, and thaws it once reconnected; a voter
 // stopped answers nothing until resumed; a voter killed serves again once
 // started; SlowPeer slows a voter's peer traffic and Unslow undoes it;
+// Restore brings back a voter left cut off and frozen;
 // ReplaceMember leaves three healthy voters. Every node talks to its
 // engine through a proxy of the test's (Config.DockerSocket). Close leaves
 // nothing behind.
@@ -79,7 +80,7 @@ func TestHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range c.Len() {
-		eventually(t, ctx, 10*time.Second, fmt.Sprintf("node %d calls its engine through the test's proxy", i), func() error {
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("node %d calls its engine through the test's proxy", i), func() error {
 			if calls[i].Load() == 0 {
 				return errors.New("no call yet")
 			}
@@ -117,7 +118,7 @@ func TestHosts(t *testing.T) {
 	if err := listThrough(ctx, c.Client(2), time.Second); err == nil {
 		t.Fatal("node 2's API answers while it is disconnected")
 	}
-	eventually(t, ctx, cfg.NodeTTL+2*time.Second, "node 2's sandbox container paused", func() error {
+	testenv.Eventually(t, cfg.NodeTTL+2*time.Second, "node 2's sandbox container paused", func() error {
 		return containerState(ctx, c.Engine(2), cid, true)
 	})
 	t.Logf("disconnect → node 2's sandbox paused: %s (node TTL %s)", since(t0), cfg.NodeTTL)
@@ -126,7 +127,7 @@ func TestHosts(t *testing.T) {
 	if err := c.Reconnect(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ctx, 30*time.Second, "node 2's sandbox running and READY again", func() error {
+	testenv.Eventually(t, 30*time.Second, "node 2's sandbox running and READY again", func() error {
 		if err := containerState(ctx, c.Engine(2), cid, false); err != nil {
 			return err
 		}
@@ -157,6 +158,35 @@ func TestHosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("resume → voter 1 serves: %s", since(t0))
+
+	// What a fault that failed half-way may leave: voter 1 cut off and
+	// frozen. Restore thaws and reconnects it; on a whole node (voter 0)
+	// it does nothing.
+	if err := c.Disconnect(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	for _, i := range []int{0, 1} {
+		if err := c.Restore(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WaitServing(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Disconnect(ctx, 1); err != nil {
+		t.Fatalf("voter 1 is not back on the network after Restore: %v", err)
+	}
+	if err := c.Restore(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitServing(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("restore → voter 1, left cut off and frozen, serves: %s", since(t0))
 
 	// Voter 0 killed: unreachable; started again it serves on its data.
 	t0 = time.Now()
@@ -246,7 +276,7 @@ func getMeanwhile(t *testing.T, ctx context.Context, c *hosts.Cluster, i int, wh
 	t.Helper()
 	t0 := time.Now()
 	tries := 0
-	eventually(t, ctx, 15*time.Second, "get through node "+fmt.Sprint(i)+" while "+while, func() error {
+	testenv.Eventually(t, 15*time.Second, "get through node "+fmt.Sprint(i)+" while "+while, func() error {
 		tries++
 		_, err := getWithin(ctx, c.Client(i), "on-two", 2*time.Second)
 		return err
@@ -352,23 +382,6 @@ func execThrough(t *testing.T, ctx context.Context, cl shoalv1.ShoalClient, name
 		if ch.Exited {
 			return out.String(), ch.ExitCode
 		}
-	}
-}
-
-// eventually polls cond until it returns nil, failing the test when
-// within passes.
-func eventually(t *testing.T, ctx context.Context, within time.Duration, what string, cond func() error) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		err := cond()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("%s: not within %s: %v", what, within, err)
-		}
-		<-time.After(50 * time.Millisecond) // poll interval
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,6 +26,7 @@ import (
 	"shoal/docker"
 	"shoal/embedetcd"
 	"shoal/internal/engine"
+	"shoal/internal/launch"
 	"shoal/internal/proc"
 	"shoal/pki"
 )
@@ -571,46 +571,42 @@ func (n *clusterNode) setProc(p *proc.Process) { n.mu.Lock(); defer n.mu.Unlock(
 // args are node i's `shoal node start` flags: a worker's etcd endpoints,
 // or a voter's member (listen URLs, its proxies as the advertised ones, and
 // the initial cluster or the node it joins through).
-func (c *Cluster) args(n *clusterNode) []string {
-	args := []string{"node", "start",
-		"--node-id", n.id,
-		"--listen", n.addr,
-		"--data-dir", filepath.Join(n.dir, "data"),
+func (c *Cluster) args(n *clusterNode) launch.Node {
+	ln := launch.Node{
+		ID:            n.id,
+		Listen:        n.addr,
+		DataDir:       filepath.Join(n.dir, "data"),
+		LeaseTTL:      c.cfg.LeaseTTL,
+		Resync:        c.cfg.Resync,
+		OrphanGrace:   c.cfg.OrphanGrace,
+		Image:         docker.DefaultImage,
+		DockerHost:    n.engine.Host,
+		MetricsListen: n.metrics,
+		Extra:         c.cfg.Args,
 	}
 	switch {
 	case n.proxy != nil:
-		args = append(args, "--etcd-endpoints", "http://"+n.proxy.Addr())
+		ln.EtcdEndpoints = []string{"http://" + n.proxy.Addr()}
 	case !n.voter:
-		args = append(args, "--etcd-endpoints", strings.Join(c.voterClientURLs(), ","))
+		ln.EtcdEndpoints = c.voterClientURLs()
 	default:
-		args = append(args,
-			"--etcd-listen-client", n.listenClient,
-			"--etcd-listen-peer", n.listenPeer,
-			"--etcd-advertise-client", c.scheme()+"://"+n.clientProxy.Addr(),
-			"--etcd-advertise-peer", c.scheme()+"://"+n.peerProxy.Addr())
-		if n.join != "" {
-			args = append(args, "--join", n.join)
-		} else {
-			args = append(args, "--etcd-initial-cluster", c.initialCluster)
+		ln.Member = &launch.Member{
+			ListenClient:    n.listenClient,
+			ListenPeer:      n.listenPeer,
+			AdvertiseClient: c.scheme() + "://" + n.clientProxy.Addr(),
+			AdvertisePeer:   c.scheme() + "://" + n.peerProxy.Addr(),
 		}
-	}
-	args = append(args,
-		"--lease-ttl", c.cfg.LeaseTTL.String(),
-		"--resync", c.cfg.Resync.String(),
-		"--orphan-grace", c.cfg.OrphanGrace.String(),
-		"--image", docker.DefaultImage,
-	)
-	if n.engine.Host != "" {
-		args = append(args, "--docker-host", n.engine.Host)
-	}
-	if n.metrics != "" {
-		args = append(args, "--metrics-listen", n.metrics)
+		if n.join != "" {
+			ln.Member.Join = n.join
+		} else {
+			ln.Member.InitialCluster = c.initialCluster
+		}
 	}
 	if c.cfg.TLS {
 		f := c.files(n.id)
-		args = append(args, "--tls-cert", f.Cert, "--tls-key", f.Key, "--tls-ca", f.CA)
+		ln.TLS = &launch.TLS{Cert: f.Cert, Key: f.Key, CA: f.CA}
 	}
-	return append(args, c.cfg.Args...)
+	return ln
 }
 
 func (c *Cluster) start(i int) {
@@ -624,17 +620,14 @@ func (c *Cluster) start(i int) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	defer logf.Close() // the child has its own copy
 	fmt.Fprintf(logf, "=== testenv: start %d of node %s\n", n.starts, n.id)
-	cmd := exec.Command(c.bin, c.args(n)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), c.cfg.Env...)
+	logf.Close()
+	env := slices.Clone(c.cfg.Env)
 	if n.engine.Host != "" {
-		cmd.Env = append(cmd.Env, "DOCKER_HOST="+n.engine.Host)
+		env = append(env, "DOCKER_HOST="+n.engine.Host)
 	}
 	// SIGKILL if the test process dies: a node must not outlive its test.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	p, err := proc.Start(cmd)
+	p, err := launch.Start(launch.Process{Binary: c.bin, Log: c.LogPath(i), Env: env, KillWithParent: true}, c.args(n))
 	if err != nil {
 		c.t.Fatalf("start node %d: %v", i, err)
 	}

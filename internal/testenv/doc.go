@@ -10,11 +10,14 @@
 //   - StartEngines: a private Docker engine per name (engine.go, on
 //     package internal/engine).
 //   - StartCluster: a multi-host cluster in one machine (cluster.go).
+//   - Eventually: the one poll-until-deadline helper of the tests
+//     (poll.go); production code retries with internal/backoff.
 //
 // # Cluster harness
 //
 // StartCluster starts N shoal nodes as child processes of the built
-// binary, each with its own node id, API port, data dir, log file, TCP
+// binary (through internal/launch, the launcher the chaos suite and the
+// fleet bench share), each with its own node id, API port, data dir, log file, TCP
 // proxies to etcd and Docker engine. By default there is one etcd in the
 // test process and every node is a worker (`shoal node start
 // --etcd-endpoints ...`) that reaches it through a proxy of its own. The

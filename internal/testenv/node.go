@@ -173,21 +173,3 @@ func RemoveNodeContainers(t testing.TB, nodeID string) {
 		}
 	}
 }
-
-// Eventually polls cond until it holds or the deadline passes.
-func Eventually(t testing.TB, within time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	var lastErr error
-	for {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		lastErr = err
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true within %s (last error: %v)", what, within, lastErr)
-		}
-		<-time.After(20 * time.Millisecond) // poll interval
-	}
-}
