@@ -14,7 +14,6 @@ import (
 	"github.com/olekukonko/tablewriter/tw"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"sigs.k8s.io/yaml"
 
 	shoalv1 "shoal/api/shoal/v1"
 )
@@ -43,7 +42,10 @@ type printer struct {
 	now     func() time.Time
 }
 
-var pj = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true}
+// pjCompact marshals API objects with their proto field names; output.go's
+// writers indent it (protojson varies its whitespace on purpose, so that
+// nobody relies on it: what shoal prints is indented by json.Indent, stable).
+var pjCompact = protojson.MarshalOptions{UseProtoNames: true}
 
 // shape is how -o json|yaml wraps what a command prints. The command picks
 // it, never the number of objects, so a script parsing `list` output sees
@@ -64,43 +66,35 @@ func (p printer) object(m proto.Message) error {
 func (p printer) objects(s shape, header []string, rows [][]string, msgs ...proto.Message) error {
 	switch p.format {
 	case formatJSON, formatYAML:
-		var b []byte
-		var err error
-		if s == bare {
-			if len(msgs) != 1 {
-				return fmt.Errorf("internal error: a bare object print got %d objects", len(msgs))
-			}
-			if b, err = pj.Marshal(msgs[0]); err != nil {
-				return err
-			}
-			// protojson varies its whitespace on purpose (so nobody
-			// relies on it); print it stable, as lists are.
-			var buf bytes.Buffer
-			if err = json.Indent(&buf, bytes.TrimSpace(b), "", "  "); err != nil {
-				return err
-			}
-			b = buf.Bytes()
-		} else {
-			raw := make([]json.RawMessage, 0, len(msgs)) // never nil: [] not null
-			for _, m := range msgs {
-				mb, err := pj.Marshal(m)
-				if err != nil {
-					return err
-				}
-				raw = append(raw, mb)
-			}
-			if b, err = marshalJSON(map[string]any{"items": raw}); err != nil {
-				return err
-			}
+		if s == bare && len(msgs) != 1 {
+			return fmt.Errorf("internal error: a bare object print got %d objects", len(msgs))
 		}
-		if p.format == formatYAML {
-			if b, err = yaml.JSONToYAML(b); err != nil {
+		// Each object as compact protojson, indented once, in place, by
+		// whoever prints it: a list of thousands is not re-parsed.
+		items := make([][]byte, len(msgs))
+		for i, m := range msgs {
+			b, err := pjCompact.Marshal(m)
+			if err != nil {
 				return err
 			}
-			_, err = p.w.Write(b)
+			items[i] = b
+		}
+		var buf bytes.Buffer
+		var err error
+		switch {
+		case p.format == formatJSON && s == bare:
+			err = writeJSON(&buf, items[0], "")
+		case p.format == formatJSON:
+			err = writeJSONItems(&buf, items)
+		case s == bare:
+			err = writeYAML(&buf, items[0])
+		default:
+			err = writeYAMLItems(&buf, items)
+		}
+		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(p.w, "%s\n", b)
+		_, err = p.w.Write(buf.Bytes())
 		return err
 	}
 	t := tablewriter.NewTable(p.w,
@@ -132,10 +126,11 @@ func (p printer) structured(v any) error {
 		return err
 	}
 	if p.format == formatYAML {
-		if b, err = yaml.JSONToYAML(b); err != nil {
+		var buf bytes.Buffer
+		if err := writeYAML(&buf, b); err != nil {
 			return err
 		}
-		_, err = p.w.Write(b)
+		_, err = p.w.Write(buf.Bytes())
 		return err
 	}
 	_, err = fmt.Fprintf(p.w, "%s\n", b)
