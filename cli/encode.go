@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"strconv"
@@ -17,38 +18,47 @@ import (
 // sigs.k8s.io/yaml's JSONToYAML of the whole document printed before;
 // encode_test.go checks the two side by side.
 
-// writeJSON appends the JSON value v indented by two spaces, each line
-// after the first prefixed with prefix, and a newline.
-func writeJSON(buf *bytes.Buffer, v []byte, prefix string) error {
-	if err := json.Indent(buf, v, prefix, "  "); err != nil {
+// The writers write to a bufio.Writer that the caller flushes: a list is
+// printed as it is indented, never held whole a second time.
+
+// writeJSON writes the JSON value v indented by two spaces, and a newline.
+func writeJSON(w *bufio.Writer, v []byte) error {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, v, "", "  "); err != nil {
 		return err
 	}
 	buf.WriteByte('\n')
-	return nil
+	_, err := w.Write(buf.Bytes())
+	return err
 }
 
-// writeJSONItems appends {"items": [...]} of the JSON values items.
-func writeJSONItems(buf *bytes.Buffer, items [][]byte) error {
+// writeJSONItems writes {"items": [...]} of the JSON values items.
+func writeJSONItems(w *bufio.Writer, items [][]byte) error {
 	if len(items) == 0 {
-		buf.WriteString("{\n  \"items\": []\n}\n")
-		return nil
+		_, err := w.WriteString("{\n  \"items\": []\n}\n")
+		return err
 	}
-	buf.WriteString("{\n  \"items\": [\n")
+	w.WriteString("{\n  \"items\": [\n")
+	var buf bytes.Buffer
 	for i, it := range items {
+		buf.Reset()
 		if i > 0 {
 			buf.WriteString(",\n")
 		}
 		buf.WriteString("    ")
-		if err := json.Indent(buf, it, "    ", "  "); err != nil {
+		if err := json.Indent(&buf, it, "    ", "  "); err != nil {
+			return err
+		}
+		if _, err := w.Write(buf.Bytes()); err != nil {
 			return err
 		}
 	}
-	buf.WriteString("\n  ]\n}\n")
-	return nil
+	_, err := w.WriteString("\n  ]\n}\n")
+	return err
 }
 
-// writeYAML appends the JSON value v as a YAML document.
-func writeYAML(buf *bytes.Buffer, v []byte) error {
+// writeYAML writes the JSON value v as a YAML document.
+func writeYAML(w *bufio.Writer, v []byte) error {
 	tree, err := yamlTree(v)
 	if err != nil {
 		return err
@@ -57,21 +67,21 @@ func writeYAML(buf *bytes.Buffer, v []byte) error {
 	if err != nil {
 		return err
 	}
-	buf.Write(b)
-	return nil
+	_, err = w.Write(b)
+	return err
 }
 
-// writeYAMLItems appends items: [...] of the JSON values items as YAML.
+// writeYAMLItems writes items: [...] of the JSON values items as YAML.
 // A block sequence under a mapping key is not indented (`items:` then
 // `- ` at column 0), so each item is the one-item sequence it would be
 // alone, at the same columns, and the YAML encoder never holds more than
 // one object (go-yaml v2 keeps every event of a document until its end).
-func writeYAMLItems(buf *bytes.Buffer, items [][]byte) error {
+func writeYAMLItems(w *bufio.Writer, items [][]byte) error {
 	if len(items) == 0 {
-		buf.WriteString("items: []\n")
-		return nil
+		_, err := w.WriteString("items: []\n")
+		return err
 	}
-	buf.WriteString("items:\n")
+	w.WriteString("items:\n")
 	one := make([]any, 1)
 	for _, it := range items {
 		tree, err := yamlTree(it)
@@ -83,7 +93,9 @@ func writeYAMLItems(buf *bytes.Buffer, items [][]byte) error {
 		if err != nil {
 			return err
 		}
-		buf.Write(b)
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
 	}
 	return nil
 }

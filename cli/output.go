@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -79,23 +80,22 @@ func (p printer) objects(s shape, header []string, rows [][]string, msgs ...prot
 			}
 			items[i] = b
 		}
-		var buf bytes.Buffer
+		w := bufio.NewWriterSize(p.w, 64<<10)
 		var err error
 		switch {
 		case p.format == formatJSON && s == bare:
-			err = writeJSON(&buf, items[0], "")
+			err = writeJSON(w, items[0])
 		case p.format == formatJSON:
-			err = writeJSONItems(&buf, items)
+			err = writeJSONItems(w, items)
 		case s == bare:
-			err = writeYAML(&buf, items[0])
+			err = writeYAML(w, items[0])
 		default:
-			err = writeYAMLItems(&buf, items)
+			err = writeYAMLItems(w, items)
 		}
 		if err != nil {
 			return err
 		}
-		_, err = p.w.Write(buf.Bytes())
-		return err
+		return w.Flush()
 	}
 	t := tablewriter.NewTable(p.w,
 		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
@@ -126,12 +126,11 @@ func (p printer) structured(v any) error {
 		return err
 	}
 	if p.format == formatYAML {
-		var buf bytes.Buffer
-		if err := writeYAML(&buf, b); err != nil {
+		w := bufio.NewWriter(p.w)
+		if err := writeYAML(w, b); err != nil {
 			return err
 		}
-		_, err = p.w.Write(buf.Bytes())
-		return err
+		return w.Flush()
 	}
 	_, err = fmt.Fprintf(p.w, "%s\n", b)
 	return err

@@ -188,7 +188,7 @@ Warnings of the server (say, a corrupt record it skipped) go to stderr.`,
 				return err
 			}
 			all, warnings, err := allPages(func(tok string) (listPage[*shoalv1.Sandbox], error) {
-				resp, err := api.ListSandboxes(c.Context, &shoalv1.ListSandboxesRequest{Workspace: a.workspace, LabelSelector: c.String("selector"), PageToken: tok})
+				resp, err := api.ListSandboxes(c.Context, &shoalv1.ListSandboxesRequest{Workspace: a.workspace, LabelSelector: c.String("selector"), PageToken: tok, PageSize: apiserver.MaxPageSize})
 				return listPage[*shoalv1.Sandbox]{resp.GetItems(), resp.GetWarnings(), resp.GetNextPageToken()}, err
 			})
 			a.out.warnings(warnings)
