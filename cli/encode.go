@@ -4,101 +4,135 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
+	"runtime"
 	"strconv"
+	"sync"
 
 	yamlv2 "go.yaml.in/yaml/v2"
+	"google.golang.org/protobuf/proto"
 )
 
 // The writers of -o json and -o yaml. They take each object as compact
 // JSON (protojson's, or encoding/json's for plain values) and print it in
 // one pass, so that a list of thousands costs what its objects cost: the
-// list is never marshalled, parsed and marshalled again as a whole.
+// list is never marshalled, parsed and marshalled again as a whole, and
+// its objects are rendered on every core (renderAll).
 //
 // The output is what json.MarshalIndent (without HTML escaping) and
 // sigs.k8s.io/yaml's JSONToYAML of the whole document printed before;
 // encode_test.go checks the two side by side.
 
-// The writers write to a bufio.Writer that the caller flushes: a list is
-// printed as it is indented, never held whole a second time.
+// A renderFunc turns one object's compact JSON into its printed form.
+type renderFunc func(compact []byte) ([]byte, error)
 
-// writeJSON writes the JSON value v indented by two spaces, and a newline.
-func writeJSON(w *bufio.Writer, v []byte) error {
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, v, "", "  "); err != nil {
-		return err
-	}
-	buf.WriteByte('\n')
-	_, err := w.Write(buf.Bytes())
-	return err
+// jsonDoc prints a JSON value alone: indented by two spaces, a newline.
+func jsonDoc(v []byte) ([]byte, error) {
+	b, err := indentJSON(nil, v, "")
+	return append(b, '\n'), err
 }
 
-// writeJSONItems writes {"items": [...]} of the JSON values items.
-func writeJSONItems(w *bufio.Writer, items [][]byte) error {
-	if len(items) == 0 {
-		_, err := w.WriteString("{\n  \"items\": []\n}\n")
-		return err
-	}
-	w.WriteString("{\n  \"items\": [\n")
-	var buf bytes.Buffer
-	for i, it := range items {
-		buf.Reset()
-		if i > 0 {
-			buf.WriteString(",\n")
-		}
-		buf.WriteString("    ")
-		if err := json.Indent(&buf, it, "    ", "  "); err != nil {
-			return err
-		}
-		if _, err := w.Write(buf.Bytes()); err != nil {
-			return err
-		}
-	}
-	_, err := w.WriteString("\n  ]\n}\n")
-	return err
+// jsonItem prints a JSON value as an element of {"items": [...]}.
+func jsonItem(v []byte) ([]byte, error) {
+	return indentJSON([]byte("    "), v, "    ")
 }
 
-// writeYAML writes the JSON value v as a YAML document.
-func writeYAML(w *bufio.Writer, v []byte) error {
+// yamlDoc prints a JSON value as a YAML document.
+func yamlDoc(v []byte) ([]byte, error) {
 	tree, err := yamlTree(v)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b, err := yamlv2.Marshal(tree)
-	if err != nil {
-		return err
-	}
-	_, err = w.Write(b)
-	return err
+	return yamlv2.Marshal(tree)
 }
 
-// writeYAMLItems writes items: [...] of the JSON values items as YAML.
-// A block sequence under a mapping key is not indented (`items:` then
-// `- ` at column 0), so each item is the one-item sequence it would be
-// alone, at the same columns, and the YAML encoder never holds more than
-// one object (go-yaml v2 keeps every event of a document until its end).
-func writeYAMLItems(w *bufio.Writer, items [][]byte) error {
-	if len(items) == 0 {
-		_, err := w.WriteString("items: []\n")
+// yamlItem prints a JSON value as an element of `items:`. A block
+// sequence under a mapping key is not indented (`items:` then `- ` at
+// column 0), so an element is the one-element sequence it would be alone,
+// at the same columns (which matter: go-yaml folds long strings at 80),
+// and the YAML encoder never holds more than one object (go-yaml v2 keeps
+// every event of a document until its end).
+func yamlItem(v []byte) ([]byte, error) {
+	tree, err := yamlTree(v)
+	if err != nil {
+		return nil, err
+	}
+	return yamlv2.Marshal([]any{tree})
+}
+
+// writeItems writes the rendered elements of a list in format.
+func writeItems(w *bufio.Writer, format string, items [][]byte) error {
+	switch {
+	case format == formatYAML && len(items) == 0:
+		w.WriteString("items: []\n")
+	case format == formatYAML:
+		w.WriteString("items:\n")
+		for _, it := range items {
+			w.Write(it)
+		}
+	case len(items) == 0:
+		w.WriteString("{\n  \"items\": []\n}\n")
+	default:
+		w.WriteString("{\n  \"items\": [\n")
+		for i, it := range items {
+			if i > 0 {
+				w.WriteString(",\n")
+			}
+			w.Write(it)
+		}
+		w.WriteString("\n  ]\n}\n")
+	}
+	return w.Flush()
+}
+
+// renderAll marshals every message with protojson and renders it, on up
+// to GOMAXPROCS goroutines (a list of thousands is CPU-bound in protojson),
+// and returns them in order, or the first error of the first object that
+// failed.
+func renderAll(msgs []proto.Message, render renderFunc) ([][]byte, error) {
+	out := make([][]byte, len(msgs))
+	one := func(i int) error {
+		b, err := pjCompact.Marshal(msgs[i])
+		if err != nil {
+			return err
+		}
+		out[i], err = render(b)
 		return err
 	}
-	w.WriteString("items:\n")
-	one := make([]any, 1)
-	for _, it := range items {
-		tree, err := yamlTree(it)
-		if err != nil {
-			return err
+	workers := min(runtime.GOMAXPROCS(0), (len(msgs)+renderChunk-1)/renderChunk)
+	if workers <= 1 {
+		for i := range msgs {
+			if err := one(i); err != nil {
+				return nil, err
+			}
 		}
-		one[0] = tree
-		b, err := yamlv2.Marshal(one)
+		return out, nil
+	}
+	errs := make([]error, workers)
+	per := (len(msgs) + workers - 1) / workers
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w * per; i < min(len(msgs), (w+1)*per); i++ {
+				if errs[w] = one(i); errs[w] != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
 		if err != nil {
-			return err
-		}
-		if _, err := w.Write(b); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return out, nil
 }
+
+// renderChunk is the fewest objects worth a goroutine of their own.
+const renderChunk = 256
 
 // yamlTree decodes a JSON value into the Go values the YAML encoder
 // prints: numbers typed as go-yaml types them when it reads JSON as YAML
@@ -141,3 +175,74 @@ func yamlNumbers(v any) any {
 	}
 	return v
 }
+
+// indentJSON appends the JSON value src to dst as json.Indent(dst, src,
+// prefix, "  ") does, in one pass that looks at a string only for its
+// closing quote (json.Indent steps a scanner state machine through every
+// byte). src must be one JSON value as an encoder wrote it; what is not
+// balanced is an error.
+func indentJSON(dst, src []byte, prefix string) ([]byte, error) {
+	depth := 0
+	needIndent := false // after { or [: indent before what follows, unless it closes
+	newline := func() {
+		dst = append(dst, '\n')
+		dst = append(dst, prefix...)
+		for range depth {
+			dst = append(dst, "  "...)
+		}
+	}
+	for i := 0; i < len(src); i++ {
+		c := src[i]
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		case '}', ']':
+			if needIndent {
+				needIndent = false // {} and [] stay as they are
+			} else {
+				if depth == 0 {
+					return nil, errBadJSON
+				}
+				depth--
+				newline()
+			}
+			dst = append(dst, c)
+			continue
+		}
+		if needIndent {
+			needIndent = false
+			depth++
+			newline()
+		}
+		switch c {
+		case '{', '[':
+			needIndent = true
+			dst = append(dst, c)
+		case ',':
+			dst = append(dst, c)
+			newline()
+		case ':':
+			dst = append(dst, ':', ' ')
+		case '"':
+			j := i + 1
+			for ; j < len(src) && src[j] != '"'; j++ {
+				if src[j] == '\\' {
+					j++
+				}
+			}
+			if j >= len(src) {
+				return nil, errBadJSON
+			}
+			dst = append(dst, src[i:j+1]...)
+			i = j
+		default:
+			dst = append(dst, c)
+		}
+	}
+	if depth != 0 || needIndent {
+		return nil, errBadJSON
+	}
+	return dst, nil
+}
+
+var errBadJSON = errors.New("internal error: unbalanced JSON from the encoder")

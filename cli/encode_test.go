@@ -80,7 +80,11 @@ func trickySandboxes() []proto.Message {
 
 func TestOutputMatchesReference(t *testing.T) {
 	msgs := trickySandboxes()
-	cases := map[string][]proto.Message{"none": nil, "one": msgs[:1], "all": msgs}
+	var many []proto.Message // enough for renderAll's goroutines
+	for len(many) < 3*renderChunk {
+		many = append(many, msgs...)
+	}
+	cases := map[string][]proto.Message{"none": nil, "one": msgs[:1], "all": msgs, "many": many}
 	for _, format := range []string{formatJSON, formatYAML} {
 		for name, ms := range cases {
 			var out bytes.Buffer
@@ -124,4 +128,34 @@ func TestStructuredYAMLMatchesReference(t *testing.T) {
 	if out.String() != string(want) {
 		t.Errorf("structured yaml:\n%s\nwant:\n%s", out.String(), want)
 	}
+}
+
+// indentJSON prints what json.Indent prints, for any valid JSON.
+func FuzzIndentJSON(f *testing.F) {
+	for _, m := range trickySandboxes() {
+		b, err := pjCompact.Marshal(m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	for _, s := range []string{`{}`, `[]`, `{ }`, `[ [ ] , { } ]`, `"a\"b\\"`, `{"a":[1,2,{"b":null}],"c":"}{]["}`, " \t\n[1]", `-1.5e3`, `true`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		if !json.Valid(src) {
+			return
+		}
+		var want bytes.Buffer
+		if err := json.Indent(&want, src, "    ", "  "); err != nil {
+			t.Fatal(err)
+		}
+		got, err := indentJSON([]byte("x"), src, "    ")
+		if err != nil {
+			t.Fatalf("%q: %v", src, err)
+		}
+		if string(got) != "x"+want.String() {
+			t.Fatalf("%q:\n got %q\nwant %q", src, got[1:], want.String())
+		}
+	})
 }

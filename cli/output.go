@@ -70,32 +70,23 @@ func (p printer) objects(s shape, header []string, rows [][]string, msgs ...prot
 		if s == bare && len(msgs) != 1 {
 			return fmt.Errorf("internal error: a bare object print got %d objects", len(msgs))
 		}
-		// Each object as compact protojson, indented once, in place, by
-		// whoever prints it: a list of thousands is not re-parsed.
-		items := make([][]byte, len(msgs))
-		for i, m := range msgs {
-			b, err := pjCompact.Marshal(m)
+		doc, item := jsonDoc, jsonItem
+		if p.format == formatYAML {
+			doc, item = yamlDoc, yamlItem
+		}
+		if s == bare {
+			b, err := renderAll(msgs, doc)
 			if err != nil {
 				return err
 			}
-			items[i] = b
+			_, err = p.w.Write(b[0])
+			return err
 		}
-		w := bufio.NewWriterSize(p.w, 64<<10)
-		var err error
-		switch {
-		case p.format == formatJSON && s == bare:
-			err = writeJSON(w, items[0])
-		case p.format == formatJSON:
-			err = writeJSONItems(w, items)
-		case s == bare:
-			err = writeYAML(w, items[0])
-		default:
-			err = writeYAMLItems(w, items)
-		}
+		items, err := renderAll(msgs, item)
 		if err != nil {
 			return err
 		}
-		return w.Flush()
+		return writeItems(bufio.NewWriterSize(p.w, 64<<10), p.format, items)
 	}
 	t := tablewriter.NewTable(p.w,
 		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
@@ -126,11 +117,11 @@ func (p printer) structured(v any) error {
 		return err
 	}
 	if p.format == formatYAML {
-		w := bufio.NewWriter(p.w)
-		if err := writeYAML(w, b); err != nil {
+		if b, err = yamlDoc(b); err != nil {
 			return err
 		}
-		return w.Flush()
+		_, err = p.w.Write(b)
+		return err
 	}
 	_, err = fmt.Fprintf(p.w, "%s\n", b)
 	return err
@@ -237,10 +228,13 @@ func (p printer) sandboxes(s shape, items ...*shoalv1.Sandbox) error {
 	rows := make([][]string, 0, len(items))
 	msgs := make([]proto.Message, 0, len(items))
 	for _, sb := range items {
+		msgs = append(msgs, sb)
+		if p.format != formatTable {
+			continue // rows are for the table only
+		}
 		phase := strings.TrimPrefix(sb.GetStatus().GetPhase().String(), "SANDBOX_PHASE_")
 		rows = append(rows, []string{sb.GetMeta().GetName(), phase, list(sb.GetSpec().GetProviders()),
 			sb.GetSpec().GetImage(), sandboxNode(sb), p.age(sb.GetMeta().GetCreatedAt()), kv(sb.GetMeta().GetLabels())})
-		msgs = append(msgs, sb)
 	}
 	return p.objects(s, []string{"name", "phase", "providers", "image", "node", "age", "labels"}, rows, msgs...)
 }
