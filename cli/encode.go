@@ -246,3 +246,54 @@ func indentJSON(dst, src []byte, prefix string) ([]byte, error) {
 }
 
 var errBadJSON = errors.New("internal error: unbalanced JSON from the encoder")
+
+// pageRenderer renders a list's pages for -o json|yaml as they arrive, so
+// that the render of one page overlaps the fetch of the next. Its owner
+// adds every page it got, then calls wait (always, also after an error),
+// which waits for the renders and returns them in order; nothing is
+// printed until then, so a failed list prints nothing on stdout.
+type pageRenderer struct {
+	pages chan []proto.Message
+	done  chan struct{}
+	items [][]byte
+	err   error
+}
+
+// pageRenderer is nil for the table, which is printed from the objects.
+func (p printer) pageRenderer() *pageRenderer {
+	render := jsonItem
+	switch p.format {
+	case formatJSON:
+	case formatYAML:
+		render = yamlItem
+	default:
+		return nil
+	}
+	r := &pageRenderer{pages: make(chan []proto.Message, 8), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for msgs := range r.pages {
+			if r.err != nil {
+				continue // drain
+			}
+			var items [][]byte
+			if items, r.err = renderAll(msgs, render); r.err == nil {
+				r.items = append(r.items, items...)
+			}
+		}
+	}()
+	return r
+}
+
+func (r *pageRenderer) add(msgs []proto.Message) { r.pages <- msgs }
+
+func (r *pageRenderer) wait() ([][]byte, error) {
+	close(r.pages)
+	<-r.done
+	return r.items, r.err
+}
+
+// renderedList writes the list a pageRenderer rendered.
+func (p printer) renderedList(items [][]byte) error {
+	return writeItems(bufio.NewWriterSize(p.w, 64<<10), p.format, items)
+}

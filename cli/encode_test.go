@@ -159,3 +159,43 @@ func FuzzIndentJSON(f *testing.F) {
 		}
 	})
 }
+
+// Pages rendered as they arrive print what the whole list prints; a page
+// that fails to render fails the list.
+func TestPageRendererMatchesReference(t *testing.T) {
+	var many []proto.Message
+	for len(many) < 3*renderChunk {
+		many = append(many, trickySandboxes()...)
+	}
+	for _, format := range []string{formatJSON, formatYAML} {
+		for _, ms := range [][]proto.Message{nil, many[:1], many} {
+			var out bytes.Buffer
+			p := printer{w: &out, errw: &out, format: format, now: time.Now}
+			pr := p.pageRenderer()
+			for i := 0; i < len(ms); i += 100 {
+				pr.add(ms[i:min(i+100, len(ms))])
+			}
+			items, err := pr.wait()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.renderedList(items); err != nil {
+				t.Fatal(err)
+			}
+			if want := referenceOutput(t, format, itemList, ms...); out.String() != want {
+				t.Errorf("%s list of %d in pages:\n%s\nwant:\n%s", format, len(ms), out.String(), want)
+			}
+		}
+		p := printer{w: &bytes.Buffer{}, format: format, now: time.Now}
+		pr := p.pageRenderer()
+		pr.add(many[:10])
+		pr.add([]proto.Message{&shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "bad\xff"}}})
+		pr.add(many[10:20])
+		if _, err := pr.wait(); err == nil {
+			t.Errorf("%s: a page with invalid UTF-8 rendered without error", format)
+		}
+	}
+	if (printer{format: formatTable}).pageRenderer() != nil {
+		t.Error("a table got a page renderer")
+	}
+}
