@@ -182,6 +182,10 @@ func yamlNumbers(v any) any {
 // byte). src must be one JSON value as an encoder wrote it; what is not
 // balanced is an error.
 func indentJSON(dst, src []byte, prefix string) ([]byte, error) {
+	// json.Indent keeps the white space after the value as it is.
+	body := bytes.TrimRight(src, " \t\r\n")
+	trail := src[len(body):]
+	src = body
 	depth := 0
 	needIndent := false // after { or [: indent before what follows, unless it closes
 	newline := func() {
@@ -242,7 +246,7 @@ func indentJSON(dst, src []byte, prefix string) ([]byte, error) {
 	if depth != 0 || needIndent {
 		return nil, errBadJSON
 	}
-	return dst, nil
+	return append(dst, trail...), nil
 }
 
 var errBadJSON = errors.New("internal error: unbalanced JSON from the encoder")
