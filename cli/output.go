@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -14,7 +15,6 @@ import (
 	"github.com/olekukonko/tablewriter/tw"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
-	"sigs.k8s.io/yaml"
 
 	shoalv1 "shoal/api/shoal/v1"
 )
@@ -43,7 +43,10 @@ type printer struct {
 	now     func() time.Time
 }
 
-var pj = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true}
+// pjCompact marshals API objects with their proto field names; output.go's
+// writers indent it (protojson varies its whitespace on purpose, so that
+// nobody relies on it: what shoal prints is indented by json.Indent, stable).
+var pjCompact = protojson.MarshalOptions{UseProtoNames: true}
 
 // shape is how -o json|yaml wraps what a command prints. The command picks
 // it, never the number of objects, so a script parsing `list` output sees
@@ -64,44 +67,26 @@ func (p printer) object(m proto.Message) error {
 func (p printer) objects(s shape, header []string, rows [][]string, msgs ...proto.Message) error {
 	switch p.format {
 	case formatJSON, formatYAML:
-		var b []byte
-		var err error
-		if s == bare {
-			if len(msgs) != 1 {
-				return fmt.Errorf("internal error: a bare object print got %d objects", len(msgs))
-			}
-			if b, err = pj.Marshal(msgs[0]); err != nil {
-				return err
-			}
-			// protojson varies its whitespace on purpose (so nobody
-			// relies on it); print it stable, as lists are.
-			var buf bytes.Buffer
-			if err = json.Indent(&buf, bytes.TrimSpace(b), "", "  "); err != nil {
-				return err
-			}
-			b = buf.Bytes()
-		} else {
-			raw := make([]json.RawMessage, 0, len(msgs)) // never nil: [] not null
-			for _, m := range msgs {
-				mb, err := pj.Marshal(m)
-				if err != nil {
-					return err
-				}
-				raw = append(raw, mb)
-			}
-			if b, err = marshalJSON(map[string]any{"items": raw}); err != nil {
-				return err
-			}
+		if s == bare && len(msgs) != 1 {
+			return fmt.Errorf("internal error: a bare object print got %d objects", len(msgs))
 		}
+		doc, item := jsonDoc, jsonItem
 		if p.format == formatYAML {
-			if b, err = yaml.JSONToYAML(b); err != nil {
+			doc, item = yamlDoc, yamlItem
+		}
+		if s == bare {
+			b, err := renderAll(msgs, doc)
+			if err != nil {
 				return err
 			}
-			_, err = p.w.Write(b)
+			_, err = p.w.Write(b[0])
 			return err
 		}
-		_, err = fmt.Fprintf(p.w, "%s\n", b)
-		return err
+		items, err := renderAll(msgs, item)
+		if err != nil {
+			return err
+		}
+		return writeItems(bufio.NewWriterSize(p.w, 64<<10), p.format, items)
 	}
 	t := tablewriter.NewTable(p.w,
 		tablewriter.WithRenderer(renderer.NewBlueprint(tw.Rendition{
@@ -132,7 +117,7 @@ func (p printer) structured(v any) error {
 		return err
 	}
 	if p.format == formatYAML {
-		if b, err = yaml.JSONToYAML(b); err != nil {
+		if b, err = yamlDoc(b); err != nil {
 			return err
 		}
 		_, err = p.w.Write(b)
@@ -243,10 +228,13 @@ func (p printer) sandboxes(s shape, items ...*shoalv1.Sandbox) error {
 	rows := make([][]string, 0, len(items))
 	msgs := make([]proto.Message, 0, len(items))
 	for _, sb := range items {
+		msgs = append(msgs, sb)
+		if p.format != formatTable {
+			continue // rows are for the table only
+		}
 		phase := strings.TrimPrefix(sb.GetStatus().GetPhase().String(), "SANDBOX_PHASE_")
 		rows = append(rows, []string{sb.GetMeta().GetName(), phase, list(sb.GetSpec().GetProviders()),
 			sb.GetSpec().GetImage(), sandboxNode(sb), p.age(sb.GetMeta().GetCreatedAt()), kv(sb.GetMeta().GetLabels())})
-		msgs = append(msgs, sb)
 	}
 	return p.objects(s, []string{"name", "phase", "providers", "image", "node", "age", "labels"}, rows, msgs...)
 }

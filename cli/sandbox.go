@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -187,11 +188,30 @@ Warnings of the server (say, a corrupt record it skipped) go to stderr.`,
 			if err != nil {
 				return err
 			}
+			// -o json|yaml renders each page while the next is fetched.
+			pr := a.out.pageRenderer()
 			all, warnings, err := allPages(func(tok string) (listPage[*shoalv1.Sandbox], error) {
-				resp, err := api.ListSandboxes(c.Context, &shoalv1.ListSandboxesRequest{Workspace: a.workspace, LabelSelector: c.String("selector"), PageToken: tok})
+				resp, err := api.ListSandboxes(c.Context, &shoalv1.ListSandboxesRequest{Workspace: a.workspace, LabelSelector: c.String("selector"), PageToken: tok, PageSize: apiserver.MaxPageSize})
+				if err == nil && pr != nil {
+					msgs := make([]proto.Message, len(resp.GetItems()))
+					for i, sb := range resp.GetItems() {
+						msgs[i] = sb
+					}
+					pr.add(msgs)
+				}
 				return listPage[*shoalv1.Sandbox]{resp.GetItems(), resp.GetWarnings(), resp.GetNextPageToken()}, err
 			})
 			a.out.warnings(warnings)
+			if pr != nil {
+				items, rerr := pr.wait()
+				if err == nil {
+					err = rerr
+				}
+				if err != nil {
+					return err
+				}
+				return a.out.renderedList(items)
+			}
 			if err != nil {
 				return err
 			}
