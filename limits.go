@@ -17,6 +17,9 @@ const (
 	MaxCPUMillis   = 1 << 20 // 1048 cores
 	MinCPUMillis   = 10      // Docker's smallest quota, 0.01 CPU
 	MaxMemoryBytes = 1 << 46 // 64 TiB
+	// MaxPageSize is the largest page a list call may ask for; clients
+	// that read whole lists ask for it to make the fewest round trips.
+	MaxPageSize = 1000
 )
 
 // SandboxLimits are what a node gives its sandboxes: a sandbox that asks

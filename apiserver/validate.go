@@ -41,7 +41,7 @@ const (
 	MaxCommandArgs = 256
 	MaxArgLen      = 8 << 10
 	MaxImageLen    = 255
-	MaxPageSize    = 1000
+	MaxPageSize    = shoal.MaxPageSize
 )
 
 // The message and resource bounds a client needs as well

@@ -6,8 +6,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
-	"shoal/apiserver"
 )
 
 func parseType(s string) (shoalv1.ProviderType, error) {
@@ -104,7 +104,7 @@ Warnings of the server (say, a corrupt record it skipped) go to stderr.`,
 						return err
 					}
 					all, warnings, err := allPages(func(tok string) (listPage[*shoalv1.Provider], error) {
-						resp, err := api.ListProviders(c.Context, &shoalv1.ListProvidersRequest{Workspace: a.workspace, PageToken: tok, PageSize: apiserver.MaxPageSize})
+						resp, err := api.ListProviders(c.Context, &shoalv1.ListProvidersRequest{Workspace: a.workspace, PageToken: tok, PageSize: shoal.MaxPageSize})
 						return listPage[*shoalv1.Provider]{resp.GetItems(), resp.GetWarnings(), resp.GetNextPageToken()}, err
 					})
 					a.out.warnings(warnings)

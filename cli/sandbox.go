@@ -191,7 +191,7 @@ Warnings of the server (say, a corrupt record it skipped) go to stderr.`,
 			// -o json|yaml renders each page while the next is fetched.
 			pr := a.out.pageRenderer()
 			all, warnings, err := allPages(func(tok string) (listPage[*shoalv1.Sandbox], error) {
-				resp, err := api.ListSandboxes(c.Context, &shoalv1.ListSandboxesRequest{Workspace: a.workspace, LabelSelector: c.String("selector"), PageToken: tok, PageSize: apiserver.MaxPageSize})
+				resp, err := api.ListSandboxes(c.Context, &shoalv1.ListSandboxesRequest{Workspace: a.workspace, LabelSelector: c.String("selector"), PageToken: tok, PageSize: shoal.MaxPageSize})
 				if err == nil && pr != nil {
 					msgs := make([]proto.Message, len(resp.GetItems()))
 					for i, sb := range resp.GetItems() {
