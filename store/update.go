@@ -245,7 +245,7 @@ func (a *updater[T]) settle() (retry bool, err error) {
 // object is requested, after helping to complete its mark (u.help).
 func (a *updater[T]) deletionPending() error {
 	var zero T
-	u := a.u
+	u := &a.u
 	if !a.intentSeen || u.deleting || a.cur == zero {
 		return nil
 	}
@@ -263,7 +263,7 @@ func (a *updater[T]) deletionPending() error {
 // that ends the update.
 func (a *updater[T]) apply() (next T, val []byte, outcome error) {
 	var zero T
-	u := a.u
+	u := &a.u
 	if a.cur == zero && u.pre.set() {
 		return zero, nil, shoal.NotFound("%s %q not found", u.codec.kind, lastSegment(u.key))
 	}
@@ -322,7 +322,7 @@ type attempt[T object] struct {
 // outcome.
 func (a *updater[T]) build(n int) (at attempt[T], outcome error) {
 	var zero T
-	u := a.u
+	u := &a.u
 	next, val, outcome := a.apply()
 	if outcome != nil {
 		return at, outcome
@@ -413,7 +413,7 @@ func (a *updater[T]) send(t attempt[T]) (resp *clientv3.TxnResponse, committedAt
 // fenced-write log) and returns the object as written.
 func (a *updater[T]) won(at attempt[T], committedAt int64) T {
 	var zero T
-	u, next := a.u, at.next
+	u, next := &a.u, at.next
 	if u.committed != nil {
 		*u.committed = committedAt
 	}
@@ -434,7 +434,7 @@ func (a *updater[T]) won(at attempt[T], committedAt int64) T {
 // the next one, unless the refusal was the fence's (ErrFenced).
 func (a *updater[T]) conflict(resp *clientv3.TxnResponse) error {
 	var zero T
-	u := a.u
+	u := &a.u
 	a.fromCache = false // the Else branch read the state
 	if u.fence != nil {
 		if fenceLost(u.fence, resp.Responses[1].GetResponseRange().GetKvs()) {
