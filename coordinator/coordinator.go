@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -84,25 +85,61 @@ func (c *Coordinator) Start(ctx context.Context) error {
 	return err
 }
 
-// task is one item of leader work: a sandbox to remove, a provider to
-// finalise, a lost node to mark, or a removed node to forget.
-type task struct {
-	ws, name, uid string
-	provider      bool // finalise provider ws/name
-	lost          bool // node name lost its lease
-	forget        bool // forget node name
-	repair        bool // stale intents and stray keys (store/repair.go)
+// kind is what a task does.
+type kind int
+
+const (
+	// removeSandbox removes a DELETING sandbox once its owner's proof is
+	// in (store.RemoveSandbox), then finalises the providers it released.
+	removeSandbox kind = iota
+	// finalizeProvider deletes a terminating provider once no sandbox
+	// holds it (store.FinalizeProvider).
+	finalizeProvider
+	// nodeLost records a node's loss and gives its sandboxes phase
+	// UNKNOWN (store.MarkNodeLost, store.MarkSandboxesUnknown).
+	nodeLost
+	// forgetNode forgets a node `shoal node remove` named once no sandbox
+	// names it (store.CompleteForget).
+	forgetNode
+	// repair completes stale deletion intents and collects keys no
+	// sandbox holds (store/repair.go).
+	repair
+)
+
+func (k kind) String() string {
+	switch k {
+	case removeSandbox:
+		return "remove-sandbox"
+	case finalizeProvider:
+		return "finalize-provider"
+	case nodeLost:
+		return "node-lost"
+	case forgetNode:
+		return "forget-node"
+	case repair:
+		return "repair"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
 }
 
+// task is one item of leader work. ws and name name the sandbox or
+// provider (ws empty and name the node for the node kinds); uid is the
+// sandbox's, for removeSandbox.
+type task struct {
+	kind          kind
+	ws, name, uid string
+}
+
+// key identifies a task in the queue: one of each at a time.
 func (t task) key() string {
-	switch {
-	case t.repair:
+	switch t.kind {
+	case repair:
 		return "r"
-	case t.provider:
+	case finalizeProvider:
 		return "p/" + t.ws + "/" + t.name
-	case t.lost:
+	case nodeLost:
 		return "n/" + t.name
-	case t.forget:
+	case forgetNode:
 		return "f/" + t.name
 	}
 	return "s/" + t.ws + "/" + t.name + "/" + t.uid
@@ -136,7 +173,7 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 				cancel()
 				return 0
 			case ctx.Err() == nil:
-				c.log.Warn("teardown step failed; will retry", "task", t.key(), "err", err)
+				c.log.Warn("leader step failed; will retry", "task", t.kind, "key", t.key(), "err", err)
 			}
 			return time.Second
 		})
@@ -178,7 +215,7 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 				continue
 			}
 			if ev.Deleted {
-				q.Add(task{name: ev.Name, lost: true})
+				q.Add(task{kind: nodeLost, name: ev.Name})
 			}
 		case ev, ok := <-teardowns:
 			if !ok || ev.Err != nil {
@@ -192,7 +229,7 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 			}
 			if !ev.Deleted {
 				ws, name := store.TeardownName(ev.Name)
-				q.Add(task{ws: ws, name: name, uid: ev.Value})
+				q.Add(task{kind: removeSandbox, ws: ws, name: name, uid: ev.Value})
 			}
 		case <-ctx.Done():
 			return ctx.Err()
@@ -218,7 +255,7 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 				continue
 			}
 			if p := ev.Object; ev.Type != shoalv1.EventType_DELETED && p.GetMeta().GetDeletionTimestamp() != nil {
-				q.Add(task{ws: p.Meta.Workspace, name: p.Meta.Name, provider: true})
+				q.Add(providerTask(p))
 			}
 		case <-tick.C:
 			markSynced(c.resync(ctx, q))
@@ -227,7 +264,11 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 }
 
 func sandboxTask(sb *shoalv1.Sandbox) task {
-	return task{ws: sb.Meta.Workspace, name: sb.Meta.Name, uid: sb.Meta.Uid}
+	return task{kind: removeSandbox, ws: sb.Meta.Workspace, name: sb.Meta.Name, uid: sb.Meta.Uid}
+}
+
+func providerTask(p *shoalv1.Provider) task {
+	return task{kind: finalizeProvider, ws: p.Meta.Workspace, name: p.Meta.Name}
 }
 
 // resync queues all pending work: stale intents and stray keys first (as
@@ -235,7 +276,7 @@ func sandboxTask(sb *shoalv1.Sandbox) task {
 // node and node being forgotten. It reports whether every list succeeded.
 func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) bool {
 	ok := true
-	q.Add(task{repair: true})
+	q.Add(task{kind: repair})
 	page, err := c.cfg.Store.ListSandboxes(ctx, "", store.ListOptions{}, func(sb *shoalv1.Sandbox) bool {
 		return sb.GetMeta().GetDeletionTimestamp() != nil
 	})
@@ -254,7 +295,7 @@ func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) bool
 		ok = false
 	}
 	for _, p := range pp.Items {
-		q.Add(task{ws: p.Meta.Workspace, name: p.Meta.Name, provider: true})
+		q.Add(providerTask(p))
 	}
 	nodes, err := c.cfg.Store.Nodes(ctx)
 	if err != nil {
@@ -263,7 +304,7 @@ func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) bool
 	}
 	for _, n := range nodes {
 		if !n.GetStatus().GetReady() {
-			q.Add(task{name: n.Name, lost: true})
+			q.Add(task{kind: nodeLost, name: n.Name})
 		}
 	}
 	forget, err := c.cfg.Store.Forgetting(ctx)
@@ -272,15 +313,15 @@ func (c *Coordinator) resync(ctx context.Context, q *workqueue.Queue[task]) bool
 		ok = false
 	}
 	for _, id := range forget {
-		q.Add(task{name: id, forget: true})
+		q.Add(task{kind: forgetNode, name: id})
 	}
 	return ok
 }
 
-// repair rolls forward deletions whose deleter died between intent and
+// repairStale rolls forward deletions whose deleter died between intent and
 // mark, removes intents that match no record, and collects keys no sandbox
 // holds.
-func (c *Coordinator) repair(ctx context.Context, fence store.Fence) error {
+func (c *Coordinator) repairStale(ctx context.Context, fence store.Fence) error {
 	// Roll forward deletions whose deleter died between intent and mark;
 	// remove intents that match no record.
 	intents, err := c.cfg.Store.Intents(ctx)
@@ -311,10 +352,10 @@ func (c *Coordinator) repair(ctx context.Context, fence store.Fence) error {
 // process runs one task. It returns how long to wait before the task is
 // tried again (0: done, or woken by a watch event).
 func (c *Coordinator) process(ctx context.Context, fence store.Fence, q *workqueue.Queue[task], t task) (time.Duration, error) {
-	switch {
-	case t.repair:
-		return 0, c.repair(ctx, fence)
-	case t.provider:
+	switch t.kind {
+	case repair:
+		return 0, c.repairStale(ctx, fence)
+	case finalizeProvider:
 		ctx, span := c.cfg.Tracer.Start(ctx, "coordinator.FinalizeProvider")
 		defer span.End()
 		gone, rev, err := c.cfg.Store.FinalizeProvider(ctx, t.ws, t.name, fence)
@@ -322,16 +363,18 @@ func (c *Coordinator) process(ctx context.Context, fence store.Fence, q *workque
 			c.fencedWrite("provider finalized", t.ws, t.name, fence, rev)
 		}
 		return 0, err
-	case t.lost:
-		return 0, c.nodeLost(ctx, fence, t.name)
-	case t.forget:
+	case nodeLost:
+		return 0, c.markNodeLost(ctx, fence, t.name)
+	case forgetNode:
 		gone, left, err := c.cfg.Store.CompleteForget(ctx, t.name, fence)
 		if err == nil && !gone && left > 0 {
 			c.log.Info("node removal waits for its sandboxes' deletion", "node", t.name, "sandboxes", left)
 		}
 		return 0, err
+	case removeSandbox:
+		return c.teardown(ctx, fence, q, t)
 	}
-	return c.teardown(ctx, fence, q, t)
+	return 0, fmt.Errorf("coordinator: unknown task %v", t.kind)
 }
 
 // teardown is step 3 of the deletion protocol (store/deletion.go): once
@@ -360,7 +403,7 @@ func (c *Coordinator) teardown(ctx context.Context, fence store.Fence, q *workqu
 	case errors.As(err, &pending) && pending.Wait > 0:
 		return pending.Wait, nil
 	case errors.As(err, &pending):
-		q.Add(task{name: pending.Node, lost: true}) // record the loss first
+		q.Add(task{kind: nodeLost, name: pending.Node}) // record the loss first
 		return time.Second, nil
 	case shoal.KindOf(err) == shoal.KindFailedPrecondition:
 		return 0, nil // not marked for deletion (cannot happen for a uid we saw DELETING)
@@ -383,10 +426,10 @@ func (c *Coordinator) teardown(ctx context.Context, fence store.Fence, q *workqu
 	return 0, nil
 }
 
-// nodeLost acts on a node whose registry key is gone: it records the loss
+// markNodeLost acts on a node whose registry key is gone: it records the loss
 // (once) and gives its sandboxes phase UNKNOWN. Nothing is rescheduled:
 // sandboxes hold local state.
-func (c *Coordinator) nodeLost(ctx context.Context, fence store.Fence, id string) error {
+func (c *Coordinator) markNodeLost(ctx context.Context, fence store.Fence, id string) error {
 	since, err := c.cfg.Store.MarkNodeLost(ctx, id, fence)
 	if err != nil || since.IsZero() {
 		return err

@@ -22,14 +22,17 @@
 // raises to its hard limit; /readyz (on --metrics-listen) fails while that
 // listener stays saturated (conns.go).
 //
-// Run checks the Docker engine first (not with --runtime hollow), then
-// starts etcd (an embedded member joins the cluster at --join first:
+// Run is three steps (node.go). assemble builds every part from the
+// config: it checks the Docker engine first (not with --runtime hollow),
+// then starts etcd (an embedded member joins the cluster at --join first:
 // membership.go), reads the cluster id (container labels carry it) and
-// admits the encryption key ring, opens every listener, registers the
-// node, and starts the watch cache, the registry, the coordinator and the
-// agent under one errgroup before it serves the API. It stops them in
-// reverse: the loops are cancelled, open streams end at once, the API
-// stops taking requests (graceful, then forced after ShutdownTimeout),
-// the loops are waited for, the etcd client closes, and the embedded etcd
-// stops last.
+// admits the encryption key ring, and builds the rest, opening every
+// listener; nothing serves yet. serve registers the node, then starts the
+// metrics and debug servers, the watch cache, the registry, the
+// coordinator and the agent under one errgroup, and serves the API last;
+// every goroutine it starts is stop's to wait for. stop runs once ctx ends
+// or a part fails, in reverse: the loops are cancelled, open streams end
+// at once, the API stops taking requests (graceful, then forced after
+// ShutdownTimeout), the loops are waited for, the HTTP servers close, then
+// the runtime and the etcd client, and the embedded etcd stops last.
 package node

@@ -147,10 +147,78 @@ func (n *Node) OrphansReaped() int {
 	return ag.Reaped()
 }
 
-// Run starts the node and blocks until ctx ends, then shuts down in order.
+// Run starts the node and blocks until ctx ends, then shuts down in order:
+// assemble builds every part from the config (nothing serves yet), serve
+// registers the node and starts the parts, each goroutine owned by the
+// running node, and stop ends them in order once a reason to stop comes.
 func (n *Node) Run(ctx context.Context) error {
+	p, err := n.assemble(ctx)
+	defer p.release()
+	if err != nil {
+		return err
+	}
+	r, err := n.serve(ctx, p)
+	if err != nil {
+		return err
+	}
+	return n.stop(p, r, n.wait(ctx, p, r))
+}
+
+// parts is what assemble built: everything the node runs, not yet serving.
+type parts struct {
+	cli       *clientv3.Client
+	etcdFatal <-chan error
+	m         *metrics.Metrics // nil without --metrics-listen
+	st        *store.Store
+	cache     *store.Cache // nil without the watch cache
+	cluster   string
+	el        *lease.Elector
+	reg       *registry.Registry
+	api       *apiserver.Server
+	co        *coordinator.Coordinator
+	ag        *agent.Agent
+	gs        *grpc.Server
+	lis       net.Listener
+	apiLis    *connlimit.Listener
+	ml, dl    net.Listener // nil unless --metrics-listen, --debug-listen
+	stopGuard func()
+
+	// opened are the listeners; until serving, release closes them.
+	opened  []net.Listener
+	serving bool
+	// closers release, last first, what assemble acquired.
+	closers []func()
+}
+
+// release closes what assemble acquired, in reverse.
+func (p *parts) release() {
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+}
+
+// listen opens a listener for a flag; none for an empty address.
+func (p *parts) listen(flag, addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
+	}
+	p.opened = append(p.opened, l)
+	return l, nil
+}
+
+// assemble builds every part of the node from its config, in the order of
+// their dependencies: Docker first, then etcd, the store and the cluster
+// id, the runtime, the listeners, and the parts that use them. Nothing
+// serves yet. The parts returned hold what was acquired even on error, for
+// release.
+func (n *Node) assemble(ctx context.Context) (*parts, error) {
 	started := time.Now()
 	cfg := n.cfg
+	p := &parts{}
 	tp := cfg.Tracer
 	if tp == nil {
 		tp = noop.NewTracerProvider()
@@ -158,87 +226,68 @@ func (n *Node) Run(ctx context.Context) error {
 
 	// Docker first: without an engine there is nothing to run sandboxes on,
 	// and the operator should hear so before anything else starts.
-	noEngine := func(err error) error {
-		return fmt.Errorf("%v. Start the Docker engine (or point --docker-host / DOCKER_HOST at one) and try again", err)
-	}
 	if cfg.Runtime != RuntimeHollow {
 		if err := docker.Ping(ctx, cfg.DockerHost); err != nil {
-			return noEngine(err)
+			return p, noEngine(err)
 		}
 	}
 
 	// A node that ran before and cannot reach etcd freezes its containers
 	// if it has not registered within --node-ttl (cutoff.go).
-	stopGuard := n.guardUnregistered(ctx, started)
-	defer stopGuard()
+	p.stopGuard = n.guardUnregistered(ctx, started)
+	p.closers = append(p.closers, p.stopGuard)
 	cli, etcdFatal, closeEtcd, err := n.etcd(ctx)
 	if err != nil {
-		return err
+		return p, err
 	}
-	defer closeEtcd()
+	p.closers = append(p.closers, closeEtcd)
+	p.cli, p.etcdFatal = cli, etcdFatal
 
-	var m *metrics.Metrics
 	if cfg.MetricsListen != "" {
-		m = metrics.New()
+		p.m = metrics.New()
 	}
-	st := store.New(cli, store.Options{Prefix: cfg.Prefix, Logger: cfg.Logger, Keys: n.keys, Metrics: m, Tracer: tp.Tracer("shoal/store")})
-	var cache *store.Cache
+	st := store.New(cli, store.Options{Prefix: cfg.Prefix, Logger: cfg.Logger, Keys: n.keys, Metrics: p.m, Tracer: tp.Tracer("shoal/store")})
+	p.st = st
 	if cfg.WatchCache {
-		cache = st.UseCache(store.CacheOptions{Logger: cfg.Logger})
+		p.cache = st.UseCache(store.CacheOptions{Logger: cfg.Logger})
 	}
 	// The cluster id goes on every container's labels: nodes of separate
 	// clusters on one engine (two dev clusters on one host share the host
 	// name as node id) must not take each other's containers for orphans.
-	cluster, err := n.clusterID(ctx, st)
-	if err != nil {
-		return err
+	if p.cluster, err = n.clusterID(ctx, st); err != nil {
+		return p, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, clusterIDTimeout)
 	err = st.AdmitKeyRing(cctx)
 	cancel()
 	if shoal.KindOf(err) == shoal.KindFailedPrecondition {
-		return fmt.Errorf("--encryption-key-file: %w", err)
+		return p, fmt.Errorf("--encryption-key-file: %w", err)
 	} else if err != nil {
-		return fmt.Errorf("read the cluster's encryption record from etcd: %w", err)
+		return p, fmt.Errorf("read the cluster's encryption record from etcd: %w", err)
 	}
 	var rt engine
 	if cfg.Runtime == RuntimeHollow {
 		rt = hollow.New(hollow.Config{Node: cfg.ID, Latency: cfg.HollowLatency})
-	} else if rt, err = docker.New(ctx, docker.Config{Host: cfg.DockerHost, Node: cfg.ID, Cluster: cluster, Network: cfg.SandboxNetwork,
+	} else if rt, err = docker.New(ctx, docker.Config{Host: cfg.DockerHost, Node: cfg.ID, Cluster: p.cluster, Network: cfg.SandboxNetwork,
 		LogMaxBytes: cfg.SandboxLogMaxBytes, LogFiles: cfg.SandboxLogFiles, Logger: cfg.Logger}); err != nil {
-		return noEngine(err)
+		return p, noEngine(err)
 	}
-	defer rt.Close()
-	el, err := lease.New(cli, lease.Config{Prefix: st.LeaderPrefix(), TermKey: st.LeaderTermKey(), ID: cfg.ID, TTL: cfg.LeaseTTL, Logger: cfg.Logger})
-	if err != nil {
-		return err
+	p.closers = append(p.closers, func() { rt.Close() })
+	if p.el, err = lease.New(cli, lease.Config{Prefix: st.LeaderPrefix(), TermKey: st.LeaderTermKey(), ID: cfg.ID, TTL: cfg.LeaseTTL, Logger: cfg.Logger}); err != nil {
+		return p, err
 	}
 	// Every listener opens before the node registers: a bad address
 	// (--metrics-listen taken) fails the start before anything of the
 	// node is in etcd. Until they are served, a failed start closes them.
-	var opened []net.Listener
-	serving := false
-	defer func() {
-		if !serving {
-			for _, l := range opened {
+	p.closers = append(p.closers, func() {
+		if !p.serving {
+			for _, l := range p.opened {
 				l.Close()
 			}
 		}
-	}()
-	listen := func(flag, addr string) (net.Listener, error) {
-		if addr == "" {
-			return nil, nil
-		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
-		}
-		opened = append(opened, l)
-		return l, nil
-	}
-	lis, err := listen("--listen", cfg.Listen)
-	if err != nil {
-		return err
+	})
+	if p.lis, err = p.listen("--listen", cfg.Listen); err != nil {
+		return p, err
 	}
 	// Nobody has authenticated a connection before its handshake: those
 	// are bounded (package connlimit), within the files this process may
@@ -247,27 +296,22 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		n.log.Warn("the open-file limit is not known; the API's pending connections are not bounded by it", "err", err)
 	}
-	apiLis, err := connlimit.Wrap(lis, apiConnLimits(cfg, budget, n.log))
-	if err != nil {
-		return err
+	if p.apiLis, err = connlimit.Wrap(p.lis, apiConnLimits(cfg, budget, n.log)); err != nil {
+		return p, err
 	}
-	ml, err := listen("--metrics-listen", cfg.MetricsListen)
-	if err != nil {
-		return err
+	if p.ml, err = p.listen("--metrics-listen", cfg.MetricsListen); err != nil {
+		return p, err
 	}
-	dl, err := listen("--debug-listen", cfg.DebugListen)
-	if err != nil {
-		return err
+	if p.dl, err = p.listen("--debug-listen", cfg.DebugListen); err != nil {
+		return p, err
 	}
-	// Register before serving: a second node with a live node's id must
-	// fail here, with one line naming the holder.
 	advertise := cfg.Advertise
 	if advertise == "" {
-		advertise = lis.Addr().String()
+		advertise = p.lis.Addr().String()
 	}
 	instance, err := instanceID(cfg.DataDir)
 	if err != nil {
-		return err
+		return p, err
 	}
 	// What the engine has goes into the registration, so that placement
 	// on any node can skip this one for a sandbox it could never run.
@@ -277,100 +321,107 @@ func (n *Node) Run(ctx context.Context) error {
 	if err != nil {
 		cfg.Logger.Warn("the engine's capacity is not known; placement will not check it", "err", err)
 	}
-	reg, err := registry.New(registry.Config{Store: st, Etcd: cli, Metrics: m, TTL: cfg.NodeTTL, Instance: instance, Replace: cfg.ReplaceNode, Logger: cfg.Logger,
+	if p.reg, err = registry.New(registry.Config{Store: st, Etcd: cli, Metrics: p.m, TTL: cfg.NodeTTL, Instance: instance, Replace: cfg.ReplaceNode, Logger: cfg.Logger,
 		Node: &shoalv1.Node{Name: cfg.ID, Address: advertise, Version: cfg.Version, Labels: maps.Clone(cfg.NodeLabels),
 			MaxSandboxes: int32(cfg.MaxSandboxes), StartedAt: timestamppb.Now(),
 			MaxCpuMillis: cfg.SandboxLimits.MaxCPUMillis, MaxMemoryBytes: cfg.SandboxLimits.MaxMemoryBytes, EncryptionKey: keyID(n.keys),
-			EngineCpuMillis: int64(engineCap.NCPU) * 1000, EngineMemoryBytes: engineCap.MemTotal}})
-	if err != nil {
-		return err
+			EngineCpuMillis: int64(engineCap.NCPU) * 1000, EngineMemoryBytes: engineCap.MemTotal}}); err != nil {
+		return p, err
 	}
 	var auditLog apiserver.Auditor
 	if cfg.AuditLog != "" {
 		al, err := audit.Open(cfg.AuditLog, audit.Options{MaxBytes: cfg.AuditLogMaxBytes, Backups: cfg.AuditLogBackups})
 		if err != nil {
-			return err
+			return p, err
 		}
-		defer al.Close()
+		p.closers = append(p.closers, func() { al.Close() })
 		auditLog = al
 	}
-	api, err := apiserver.New(apiserver.Config{Audit: auditLog, Metrics: m, Store: st, Runtime: rt, Engine: rt, Node: cfg.ID, Liveness: reg, DefaultImage: cfg.DefaultImage,
-		MaxWatches: cfg.MaxWatches, MaxExecs: cfg.MaxExecs, MaxStreamsPerClient: perClient(cfg.MaxStreamsPerClient), Transport: n.transport, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver"), TracerProvider: tp})
-	if err != nil {
-		return err
+	if p.api, err = apiserver.New(apiserver.Config{Audit: auditLog, Metrics: p.m, Store: st, Runtime: rt, Engine: rt, Node: cfg.ID, Liveness: p.reg, DefaultImage: cfg.DefaultImage,
+		MaxWatches: cfg.MaxWatches, MaxExecs: cfg.MaxExecs, MaxStreamsPerClient: perClient(cfg.MaxStreamsPerClient), Transport: n.transport, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver"), TracerProvider: tp}); err != nil {
+		return p, err
 	}
 	margin := cfg.FenceMargin
 	if margin == 0 {
 		margin = cfg.NodeTTL
 	}
-	co, err := coordinator.New(coordinator.Config{Store: st, Elector: el, Resync: cfg.Resync, FenceMargin: margin,
-		Logger: cfg.Logger, Tracer: tp.Tracer("shoal/coordinator")})
-	if err != nil {
-		return err
+	if p.co, err = coordinator.New(coordinator.Config{Store: st, Elector: p.el, Resync: cfg.Resync, FenceMargin: margin,
+		Logger: cfg.Logger, Tracer: tp.Tracer("shoal/coordinator")}); err != nil {
+		return p, err
 	}
 	engineGrace := cfg.EngineGrace
 	if engineGrace == 0 {
 		engineGrace = 2 * cfg.NodeTTL
 	}
-	ag, err := agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Lease: reg, Engine: rt, Conditions: reg, EngineGrace: engineGrace, FrozenFile: filepath.Join(cfg.DataDir, frozenFile), Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
-		StartupWindow: cfg.StartupWindow, Limits: cfg.SandboxLimits, Metrics: m, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")})
-	if err != nil {
-		return err
+	if p.ag, err = agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Lease: p.reg, Engine: rt, Conditions: p.reg, EngineGrace: engineGrace, FrozenFile: filepath.Join(cfg.DataDir, frozenFile), Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
+		StartupWindow: cfg.StartupWindow, Limits: cfg.SandboxLimits, Metrics: p.m, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")}); err != nil {
+		return p, err
 	}
-	if err := reg.Register(ctx); err != nil {
-		return err
-	}
-	// Registered: from here the agent fences (and thaws what the guard
-	// froze). The guard must be done before the agent starts.
-	stopGuard()
 	// otelgrpc continues a caller's trace (W3C traceparent) into the
 	// server's spans.
 	// The listener's options come after the API's: its Creds replace the
 	// API's with the same credentials, wrapped to mark each connection
 	// past its handshake.
-	opts := append(api.ServerOptions(), apiLis.ServerOptions(n.transport.ServerCreds())...)
-	gs := grpc.NewServer(append(opts,
+	opts := append(p.api.ServerOptions(), p.apiLis.ServerOptions(n.transport.ServerCreds())...)
+	p.gs = grpc.NewServer(append(opts,
 		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(tracing.Propagator))))...)
-	shoalv1.RegisterShoalServer(gs, api)
+	shoalv1.RegisterShoalServer(p.gs, p.api)
 	n.mu.Lock()
 	etcdMember := n.etcdOwn
 	n.mu.Unlock()
-	shoalv1.RegisterClusterServer(gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, EtcdMember: etcdMember, Transport: n.transport, Keys: n.keys, Logger: cfg.Logger}))
+	shoalv1.RegisterClusterServer(p.gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, EtcdMember: etcdMember, Transport: n.transport, Keys: n.keys, Logger: cfg.Logger}))
+	return p, nil
+}
+
+// noEngine says what to do about a Docker engine that does not answer.
+func noEngine(err error) error {
+	return fmt.Errorf("%v. Start the Docker engine (or point --docker-host / DOCKER_HOST at one) and try again", err)
+}
+
+// running is what serve started; stop ends it.
+type running struct {
+	// loops are the long-running parts (cache, registry, coordinator,
+	// agent); lctx ends when one fails or stopLoops is called.
+	loops     *errgroup.Group
+	lctx      context.Context
+	stopLoops context.CancelFunc
+	// serveErr receives the API server's end; served is closed after.
+	serveErr chan error
+	served   chan struct{}
+	// http are the metrics and debug servers, in the order they started.
+	http []httpServing
+}
+
+// httpServing is an HTTP server and the end of its Serve goroutine.
+type httpServing struct {
+	srv  *http.Server
+	done chan struct{}
+}
+
+// serve registers the node (a second node with a live node's id fails
+// here, with one line naming the holder, before anything serves), then
+// starts every part: the metrics and debug servers, the loops, and the
+// API last. Each goroutine it starts is stop's to wait for.
+func (n *Node) serve(ctx context.Context, p *parts) (*running, error) {
+	cfg := n.cfg
+	if err := p.reg.Register(ctx); err != nil {
+		return nil, err
+	}
+	// Registered: from here the agent fences (and thaws what the guard
+	// froze). The guard must be done before the agent starts.
+	p.stopGuard()
 
 	n.mu.Lock()
-	n.addr, n.st, n.el, n.ag, n.cluster = lis.Addr().String(), st, el, ag, cluster
+	n.addr, n.st, n.el, n.ag, n.cluster = p.lis.Addr().String(), p.st, p.el, p.ag, p.cluster
 	n.mu.Unlock()
 
-	serving = true // the servers below own (and close) the listeners
-	if m != nil {
-		n.observe(m, st, el, reg, ag)
-		observeConns(m, apiLis)
-		ready := func(ctx context.Context) error {
-			select {
-			case <-n.ready:
-			default:
-				return errors.New("the API is not serving yet")
-			}
-			if err := listenerReady(apiLis, time.Now()); err != nil {
-				return err
-			}
-			if !reg.Held() {
-				return errors.New("this node does not hold its liveness lease")
-			}
-			if down, _, why := ag.EngineDown(); down {
-				return fmt.Errorf("%s: %s", store.ConditionEngineUnavailable, why)
-			}
-			if _, err := cli.Get(ctx, st.LeaderTermKey(), clientv3.WithCountOnly()); err != nil {
-				return fmt.Errorf("etcd: %v", err)
-			}
-			return nil
-		}
-		ms := &http.Server{Handler: m.Handler(ready), ReadHeaderTimeout: 10 * time.Second}
-		msDone := make(chan struct{})
-		go func() { defer close(msDone); _ = ms.Serve(ml) }()
-		defer func() { ms.Close(); <-msDone }()
+	r := &running{serveErr: make(chan error, 1), served: make(chan struct{})}
+	p.serving = true // the servers below own (and close) the listeners
+	if p.m != nil {
+		n.observe(p.m, p.st, p.el, p.reg, p.ag)
+		observeConns(p.m, p.apiLis)
+		r.startHTTP(&http.Server{Handler: p.m.Handler(n.readiness(p)), ReadHeaderTimeout: 10 * time.Second}, p.ml)
 	}
-	var debug *http.Server
 	if cfg.DebugListen != "" {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -378,56 +429,97 @@ func (n *Node) Run(ctx context.Context) error {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		debug = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		debugDone := make(chan struct{})
-		go func() { defer close(debugDone); _ = debug.Serve(dl) }()
-		defer func() { debug.Close(); <-debugDone }()
+		r.startHTTP(&http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, p.dl)
 	}
 
 	// The loops run until the node stops for any reason: a signal, the
 	// API server failing, or the embedded etcd failing.
 	runCtx, stopLoops := context.WithCancel(ctx)
-	defer stopLoops()
-	loops, lctx := errgroup.WithContext(runCtx)
-	if cache != nil {
-		loops.Go(func() error { return cache.Start(lctx) })
+	r.stopLoops = stopLoops
+	r.loops, r.lctx = errgroup.WithContext(runCtx)
+	if p.cache != nil {
+		r.loops.Go(func() error { return p.cache.Start(r.lctx) })
 	}
-	loops.Go(func() error { return reg.Start(lctx) })
-	loops.Go(func() error { return co.Start(lctx) })
-	loops.Go(func() error { return ag.Start(lctx) })
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- gs.Serve(apiLis) }()
+	r.loops.Go(func() error { return p.reg.Start(r.lctx) })
+	r.loops.Go(func() error { return p.co.Start(r.lctx) })
+	r.loops.Go(func() error { return p.ag.Start(r.lctx) })
+	go func() { defer close(r.served); r.serveErr <- p.gs.Serve(p.apiLis) }()
 	n.log.Info("node started", "api", n.addr, "etcd", n.EtcdEndpoint())
 	close(n.ready)
+	return r, nil
+}
 
-	var runErr error
-	select {
-	case <-lctx.Done():
-		runErr = context.Cause(lctx)
-		if ctx.Err() != nil {
-			runErr = nil
+func (r *running) startHTTP(srv *http.Server, l net.Listener) {
+	h := httpServing{srv: srv, done: make(chan struct{})}
+	go func() { defer close(h.done); _ = srv.Serve(l) }()
+	r.http = append(r.http, h)
+}
+
+// readiness is /readyz's check: the API serves and its listener is not
+// saturated, the node holds its lease, its engine answers, and etcd does.
+func (n *Node) readiness(p *parts) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-n.ready:
+		default:
+			return errors.New("the API is not serving yet")
 		}
-	case err := <-serveErr:
-		runErr = fmt.Errorf("api server: %w", err)
-	case err := <-etcdFatal:
-		runErr = fmt.Errorf("embedded etcd failed: %w", n.memberErr(err))
+		if err := listenerReady(p.apiLis, time.Now()); err != nil {
+			return err
+		}
+		if !p.reg.Held() {
+			return errors.New("this node does not hold its liveness lease")
+		}
+		if down, _, why := p.ag.EngineDown(); down {
+			return fmt.Errorf("%s: %s", store.ConditionEngineUnavailable, why)
+		}
+		if _, err := p.cli.Get(ctx, p.st.LeaderTermKey(), clientv3.WithCountOnly()); err != nil {
+			return fmt.Errorf("etcd: %v", err)
+		}
+		return nil
 	}
+}
+
+// wait blocks until there is a reason to stop: ctx ends (nil), a loop
+// fails, the API server fails, or the embedded etcd does.
+func (n *Node) wait(ctx context.Context, p *parts, r *running) error {
+	select {
+	case <-r.lctx.Done():
+		if ctx.Err() != nil {
+			return nil
+		}
+		return context.Cause(r.lctx)
+	case err := <-r.serveErr:
+		return fmt.Errorf("api server: %w", err)
+	case err := <-p.etcdFatal:
+		return fmt.Errorf("embedded etcd failed: %w", n.memberErr(err))
+	}
+}
+
+// stop shuts the node down in order: the loops are told to return, open
+// streams end at once, the API stops taking requests (graceful, then
+// forced), the loops are waited for, then the metrics and debug servers
+// close; release then closes the rest. It returns runErr, or a loop's
+// error if there was none.
+func (n *Node) stop(p *parts, r *running, runErr error) error {
+	cfg := n.cfg
 	n.log.Info("shutting down", "err", runErr)
-	stopLoops()
+	r.stopLoops()
 	// Streams (watches, exec, logs --follow) and waits would hold
 	// GracefulStop until ShutdownTimeout: end them now, with UNAVAILABLE,
 	// so their clients reconnect elsewhere; unary calls finish normally.
-	api.Shutdown()
+	p.api.Shutdown()
 	stopped := make(chan struct{})
-	go func() { gs.GracefulStop(); close(stopped) }()
+	go func() { p.gs.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
 	case <-time.After(cfg.ShutdownTimeout):
-		gs.Stop()
+		p.gs.Stop()
 		<-stopped
 	}
+	<-r.served
 	loopsDone := make(chan error, 1)
-	go func() { loopsDone <- loops.Wait() }()
+	go func() { loopsDone <- r.loops.Wait() }()
 	var loopsErr error
 	select {
 	case loopsErr = <-loopsDone:
@@ -438,12 +530,17 @@ func (n *Node) Run(ctx context.Context) error {
 		// with etcd unreachable that call, and so the shutdown, would
 		// wait forever. Closing the client ends every call stuck on it.
 		n.log.Warn("the node's loops still run after the stop; closing its etcd client so that calls stuck on it end")
-		_ = cli.Close()
+		_ = p.cli.Close()
 		// What the closed client cut short is this stop's doing, not
 		// an error of the run.
 		if err := <-loopsDone; err != nil {
 			n.log.Info("loops ended by the closed etcd client", "err", err)
 		}
+	}
+	// Last started, first closed.
+	for i := len(r.http) - 1; i >= 0; i-- {
+		r.http[i].srv.Close()
+		<-r.http[i].done
 	}
 	if loopsErr != nil && runErr == nil && !errors.Is(loopsErr, context.Canceled) {
 		runErr = loopsErr

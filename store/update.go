@@ -112,243 +112,354 @@ type updateStats struct {
 	fenced                         bool
 }
 
+// updateLoop is update's loop: each attempt reads (or takes the state the
+// last one's Else branch returned), mutates, and sends one CAS Txn; a
+// conflict starts the next attempt from the fresh state.
 func updateLoop[T object](ctx context.Context, s *Store, u updateSpec[T], st *updateStats) (T, error) {
 	var zero T
-	cur, raw, rev := zero, []byte(nil), int64(0)
-	// fromCache: the state is the watch cache's (or this node's own last
-	// write), not yet confirmed by etcd. Only a Txn may act on it (its
-	// compares make a stale start a conflict); any other outcome, an
-	// error or a no-op, is decided again from a fresh read.
-	fromCache := false
-	if u.start == nil {
-		if k := kindOf(s, u.codec); k != nil {
-			u.start, fromCache = k.startFor(u.key)
-		}
+	a := &updater[T]{ctx: ctx, s: s, u: u, st: st}
+	if err := a.begin(); err != nil {
+		return zero, err
 	}
-	if u.start != nil {
-		cur, raw, rev = u.start.obj, u.start.raw, u.start.rev
-	}
-	intentSeen, intentUID := false, ""
-	read := func() error {
-		ops := []clientv3.Op{clientv3.OpGet(u.key)}
-		if u.intent != "" {
-			ops = append(ops, clientv3.OpGet(u.intent))
-		}
-		resp, err := s.c.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return etcdErr(ctx, err)
-		}
-		cur, raw, rev = zero, nil, 0
-		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-			if cur, err = u.codec.decode(kvs[0]); err != nil {
-				return err
-			}
-			raw, rev = kvs[0].Value, kvs[0].ModRevision
-		}
-		intentSeen, intentUID = false, ""
-		if u.intent != "" {
-			if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
-				intentSeen, intentUID = true, string(kvs[0].Value)
-			}
-		}
-		return nil
-	}
-	// A deletion-protocol write (deleting) ignores the intent, so a start
-	// given by its caller needs no read; an ordinary write must see whether
-	// one exists (from the cache it assumes none: the Txn compares it).
-	if u.start == nil || (u.intent != "" && !u.deleting && !fromCache) {
-		if err := read(); err != nil {
+	for n := 0; ; n++ {
+		if err := a.deletionPending(); err != nil {
 			return zero, err
 		}
-	}
-	// decide ends the loop without a write: from cached state, it reads
-	// and tries again instead (retry true).
-	decide := func() (retry bool, err error) {
-		if !fromCache {
-			return false, nil
-		}
-		fromCache = false
-		return true, read()
-	}
-
-	for attempt := 0; ; attempt++ {
-		if intentSeen && !u.deleting && cur != zero {
-			if u.help != nil && cur.GetMeta().GetDeletionTimestamp() == nil && cur.GetMeta().GetUid() == intentUID {
-				if err := u.help(ctx, intentUID); err != nil && shoal.KindOf(err) != shoal.KindNotFound && shoal.KindOf(err) != shoal.KindConflict {
-					return zero, err
-				}
-			}
-			return zero, shoal.FailedPrecondition("%s %q is being deleted", u.codec.kind, lastSegment(u.key))
-		}
-		var pending error // an outcome without a write, if it stands
-		if cur == zero && u.pre.set() {
-			pending = shoal.NotFound("%s %q not found", u.codec.kind, lastSegment(u.key))
-		} else if cur != zero {
-			pending = u.pre.check(u.codec.kind, cur.GetMeta())
-		}
-		var next T
-		var val []byte
-		noop := false
-		if pending == nil {
-			var in T
-			if cur != zero {
-				in = clone(cur)
-			}
-			next, pending = u.mutate(in)
-		}
-		if pending == nil {
-			switch {
-			case cur == zero && next == zero:
-				noop = true
-			case next != zero:
-				val, pending = u.codec.encode(next)
-				// A mutation that changes nothing writes nothing.
-				noop = pending == nil && cur != zero && bytes.Equal(val, raw)
-			}
-		}
-		if pending != nil || noop {
-			retry, err := decide()
+		at, outcome := a.build(n)
+		if outcome != nil {
+			// Nothing to write: from cached state, read and try again.
+			retry, err := a.settle()
 			switch {
 			case err != nil:
 				return zero, err
 			case retry:
 				continue
-			case pending != nil:
-				return zero, pending
+			case outcome == errNoChange:
+				return a.cur, nil
 			}
-			return cur, nil
+			return zero, outcome
 		}
-
-		var ops []clientv3.Op
-		if next == zero {
-			ops = append(ops, clientv3.OpDelete(u.key))
-		} else {
-			ops = append(ops, clientv3.OpPut(u.key, string(val)))
-		}
-		var extra []clientv3.Cmp
-		if u.related != nil {
-			rc, ro, err := u.related(ctx, cur, next, attempt == 0)
-			if err != nil {
-				if retry, rerr := decide(); rerr != nil {
-					return zero, rerr
-				} else if retry {
-					continue
-				}
-				return zero, err
-			}
-			extra = append(extra, rc...)
-			ops = append(ops, ro...)
-		}
-		if u.fence != nil {
-			extra = append(extra, fenceCmp(u.fence))
-		}
-		if u.pre.ResourceVersion != 0 {
-			// The same-bytes fallback below must not commit over a
-			// rewrite the caller's version predates.
-			extra = append(extra, clientv3.Compare(clientv3.ModRevision(u.key), "=", u.pre.ResourceVersion))
-		}
-		if u.intent != "" && !u.deleting && cur != zero {
-			extra = append(extra, clientv3.Compare(clientv3.CreateRevision(u.intent), "=", 0))
-		}
-		elseOps := []clientv3.Op{clientv3.OpGet(u.key)}
-		if u.fence != nil {
-			elseOps = append(elseOps, clientv3.OpGet(u.fence.Key()))
-		}
-		if u.intent != "" {
-			elseOps = append(elseOps, clientv3.OpGet(u.intent))
-		}
-
-		// The guard is ModRevision(key) == rev. A write that bumped the
-		// revision without changing a byte (a rewrite of the identical
-		// value) does not change the state the mutation was computed
-		// from, so after a conflict the Else branch retries the same
-		// writes guarded by the exact stored bytes, in the same Txn.
-		// Without it a tight loop of identical rewrites by another client
-		// could starve the update. The first attempt, which has seen no
-		// conflict yet, leaves it out: it would double the request (every
-		// op twice) for a case that a plain Else and one more attempt
-		// handle as well.
-		guard := clientv3.Compare(clientv3.ModRevision(u.key), "=", rev)
-		if chaosbreak.Is("skip-compare") && cur != zero {
-			guard = clientv3.Compare(clientv3.Version(u.key), ">", 0)
-		}
-		var sameBytes clientv3.Cmp
-		if cur == zero {
-			sameBytes = guard // absent stays absent: nothing to fall back to
-		} else {
-			sameBytes = clientv3.Compare(clientv3.Value(u.key), "=", string(raw))
-		}
-		nested := attempt > 0
-		elseBranch := elseOps
-		if nested {
-			elseBranch = []clientv3.Op{clientv3.OpTxn(append([]clientv3.Cmp{sameBytes}, extra...), ops, elseOps)}
-		}
-		resp, err := s.c.Txn(ctx).
-			If(append([]clientv3.Cmp{guard}, extra...)...).
-			Then(ops...).
-			Else(elseBranch...).
-			Commit()
+		resp, committedAt, err := a.send(at)
 		if err != nil {
-			return zero, etcdErr(ctx, err)
-		}
-		committedAt := resp.Header.Revision
-		firstWon := resp.Succeeded
-		if !resp.Succeeded && nested {
-			resp = (*clientv3.TxnResponse)(resp.Responses[0].GetResponseTxn())
-		}
-		s.metrics.UpdateAttempt(u.codec.kind, !resp.Succeeded, !firstWon && resp.Succeeded)
-		st.attempts++
-		if !resp.Succeeded {
-			st.conflicts++
-		} else if !firstWon {
-			st.identical++
+			return zero, err
 		}
 		if resp.Succeeded {
-			if u.committed != nil {
-				*u.committed = committedAt
-			}
-			if k := kindOf(s, u.codec); k != nil {
-				k.wrote(u.key, next, val, committedAt)
-			}
-			if u.fence != nil {
-				s.applied("update", u.key, u.fence, committedAt)
-			}
-			if next == zero {
-				return zero, nil
-			}
-			next.GetMeta().ResourceVersion = committedAt
-			return next, nil
+			return a.won(at, committedAt), nil
 		}
-
-		fromCache = false // the Else branch read the state
-		if u.fence != nil {
-			if fenceLost(u.fence, resp.Responses[1].GetResponseRange().GetKvs()) {
-				s.metrics.FencedRejection()
-				st.fenced = true
-				return zero, ErrFenced
-			}
+		if err := a.conflict(resp); err != nil {
+			return zero, err
 		}
-		if u.intent != "" {
-			intentSeen, intentUID = false, ""
-			if kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs(); len(kvs) > 0 {
-				intentSeen, intentUID = true, string(kvs[0].Value)
-			}
-		}
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			cur, raw, rev = zero, nil, 0
-		} else {
-			if cur, err = u.codec.decode(kvs[0]); err != nil {
-				return zero, err
-			}
-			raw, rev = kvs[0].Value, kvs[0].ModRevision
-		}
-		if attempt >= immediateRetries {
-			if err := backoff(ctx, attempt-immediateRetries); err != nil {
+		if n >= immediateRetries {
+			if err := backoff(ctx, n-immediateRetries); err != nil {
 				return zero, err
 			}
 		}
 	}
+}
+
+// errNoChange is build's outcome when the mutation writes nothing: the
+// update succeeds with the current state.
+var errNoChange = errors.New("no change")
+
+// updater is one update between its attempts: the state the next attempt
+// starts from (cur, raw, rev: the zero T, nil, 0 for an absent key) and
+// where it came from.
+type updater[T object] struct {
+	ctx context.Context
+	s   *Store
+	u   updateSpec[T]
+	st  *updateStats
+
+	cur T
+	raw []byte
+	rev int64
+	// fromCache: the state is the watch cache's (or this node's own last
+	// write), not yet confirmed by etcd. Only a Txn may act on it (its
+	// compares make a stale start a conflict); any other outcome, an
+	// error or a no-op, is decided again from a fresh read (settle).
+	fromCache bool
+	// The deletion intent (u.intent) as last read.
+	intentSeen bool
+	intentUID  string
+}
+
+// begin takes the state to start from: the caller's, the cache's, or a
+// read.
+func (a *updater[T]) begin() error {
+	u := &a.u
+	if u.start == nil {
+		if k := kindOf(a.s, u.codec); k != nil {
+			u.start, a.fromCache = k.startFor(u.key)
+		}
+	}
+	if u.start != nil {
+		a.cur, a.raw, a.rev = u.start.obj, u.start.raw, u.start.rev
+	}
+	// A deletion-protocol write (deleting) ignores the intent, so a start
+	// given by its caller needs no read; an ordinary write must see whether
+	// one exists (from the cache it assumes none: the Txn compares it).
+	if u.start == nil || (u.intent != "" && !u.deleting && !a.fromCache) {
+		return a.read()
+	}
+	return nil
+}
+
+// read reads the key, and the intent key if any, from etcd.
+func (a *updater[T]) read() error {
+	var zero T
+	ops := []clientv3.Op{clientv3.OpGet(a.u.key)}
+	if a.u.intent != "" {
+		ops = append(ops, clientv3.OpGet(a.u.intent))
+	}
+	resp, err := a.s.c.Txn(a.ctx).Then(ops...).Commit()
+	if err != nil {
+		return etcdErr(a.ctx, err)
+	}
+	a.cur, a.raw, a.rev = zero, nil, 0
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		if a.cur, err = a.u.codec.decode(kvs[0]); err != nil {
+			return err
+		}
+		a.raw, a.rev = kvs[0].Value, kvs[0].ModRevision
+	}
+	a.intentSeen, a.intentUID = false, ""
+	if a.u.intent != "" {
+		if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			a.intentSeen, a.intentUID = true, string(kvs[0].Value)
+		}
+	}
+	return nil
+}
+
+// settle ends an attempt that would write nothing. From cached state it
+// reads etcd and says to try again (retry); otherwise the outcome stands.
+func (a *updater[T]) settle() (retry bool, err error) {
+	if !a.fromCache {
+		return false, nil
+	}
+	a.fromCache = false
+	return true, a.read()
+}
+
+// deletionPending turns an ordinary writer away once a deletion of the
+// object is requested, after helping to complete its mark (u.help).
+func (a *updater[T]) deletionPending() error {
+	var zero T
+	u := &a.u
+	if !a.intentSeen || u.deleting || a.cur == zero {
+		return nil
+	}
+	if u.help != nil && a.cur.GetMeta().GetDeletionTimestamp() == nil && a.cur.GetMeta().GetUid() == a.intentUID {
+		if err := u.help(a.ctx, a.intentUID); err != nil && shoal.KindOf(err) != shoal.KindNotFound && shoal.KindOf(err) != shoal.KindConflict {
+			return err
+		}
+	}
+	return shoal.FailedPrecondition("%s %q is being deleted", u.codec.kind, lastSegment(u.key))
+}
+
+// apply checks the caller's preconditions against the current state and
+// computes the next one (the zero T: delete) and its encoding. An outcome
+// that writes nothing is returned as outcome: errNoChange, or the error
+// that ends the update.
+func (a *updater[T]) apply() (next T, val []byte, outcome error) {
+	var zero T
+	u := &a.u
+	if a.cur == zero && u.pre.set() {
+		return zero, nil, shoal.NotFound("%s %q not found", u.codec.kind, lastSegment(u.key))
+	}
+	if a.cur != zero {
+		if err := u.pre.check(u.codec.kind, a.cur.GetMeta()); err != nil {
+			return zero, nil, err
+		}
+	}
+	var in T
+	if a.cur != zero {
+		in = clone(a.cur)
+	}
+	next, err := u.mutate(in)
+	switch {
+	case err != nil:
+		return zero, nil, err
+	case a.cur == zero && next == zero:
+		return zero, nil, errNoChange
+	case next == zero:
+		return zero, nil, nil
+	}
+	if val, err = u.codec.encode(next); err != nil {
+		return zero, nil, err
+	}
+	// A mutation that changes nothing writes nothing.
+	if a.cur != zero && bytes.Equal(val, a.raw) {
+		return zero, nil, errNoChange
+	}
+	return next, val, nil
+}
+
+// attempt is one attempt's write: the state it would leave (next, the
+// zero T for a delete, and its encoding val) and its Txn, If(cmps)
+// Then(then) Else(els).
+type attempt[T object] struct {
+	next   T
+	val    []byte
+	cmps   []clientv3.Cmp
+	then   []clientv3.Op
+	els    []clientv3.Op
+	nested bool // els is a same-bytes Txn (below)
+}
+
+// build makes an attempt from the current state: apply, then its Txn
+//
+//	If(ModRevision(key) == read [, related compares] [, fence]
+//	   [, caller's ModRevision] [, intent absent])
+//	Then(Put or Delete [, related ops])
+//	Else(Get key [, Get fence key] [, Get intent])
+//
+// After a conflict (n > 0) the Else branch retries the same writes
+// guarded by the exact stored bytes instead: Else(Txn If(Value(key) ==
+// bytes read, same compares) Then(same ops) Else(the gets above)).
+//
+// An outcome without a write (apply's, or related's error) is returned as
+// outcome.
+func (a *updater[T]) build(n int) (at attempt[T], outcome error) {
+	var zero T
+	u := &a.u
+	next, val, outcome := a.apply()
+	if outcome != nil {
+		return at, outcome
+	}
+	var ops []clientv3.Op
+	if next == zero {
+		ops = append(ops, clientv3.OpDelete(u.key))
+	} else {
+		ops = append(ops, clientv3.OpPut(u.key, string(val)))
+	}
+	var extra []clientv3.Cmp
+	if u.related != nil {
+		rc, ro, err := u.related(a.ctx, a.cur, next, n == 0)
+		if err != nil {
+			return at, err
+		}
+		extra = append(extra, rc...)
+		ops = append(ops, ro...)
+	}
+	if u.fence != nil {
+		extra = append(extra, fenceCmp(u.fence))
+	}
+	if u.pre.ResourceVersion != 0 {
+		// The same-bytes fallback below must not commit over a
+		// rewrite the caller's version predates.
+		extra = append(extra, clientv3.Compare(clientv3.ModRevision(u.key), "=", u.pre.ResourceVersion))
+	}
+	if u.intent != "" && !u.deleting && a.cur != zero {
+		extra = append(extra, clientv3.Compare(clientv3.CreateRevision(u.intent), "=", 0))
+	}
+	elseOps := []clientv3.Op{clientv3.OpGet(u.key)}
+	if u.fence != nil {
+		elseOps = append(elseOps, clientv3.OpGet(u.fence.Key()))
+	}
+	if u.intent != "" {
+		elseOps = append(elseOps, clientv3.OpGet(u.intent))
+	}
+
+	// The guard is ModRevision(key) == rev. A write that bumped the
+	// revision without changing a byte (a rewrite of the identical
+	// value) does not change the state the mutation was computed
+	// from, so after a conflict the Else branch retries the same
+	// writes guarded by the exact stored bytes, in the same Txn.
+	// Without it a tight loop of identical rewrites by another client
+	// could starve the update. The first attempt, which has seen no
+	// conflict yet, leaves it out: it would double the request (every
+	// op twice) for a case that a plain Else and one more attempt
+	// handle as well.
+	guard := clientv3.Compare(clientv3.ModRevision(u.key), "=", a.rev)
+	if chaosbreak.Is("skip-compare") && a.cur != zero {
+		guard = clientv3.Compare(clientv3.Version(u.key), ">", 0)
+	}
+	at = attempt[T]{next: next, val: val, cmps: append([]clientv3.Cmp{guard}, extra...), then: ops, els: elseOps, nested: n > 0}
+	if at.nested {
+		sameBytes := guard // absent stays absent: nothing to fall back to
+		if a.cur != zero {
+			sameBytes = clientv3.Compare(clientv3.Value(u.key), "=", string(a.raw))
+		}
+		at.els = []clientv3.Op{clientv3.OpTxn(append([]clientv3.Cmp{sameBytes}, extra...), ops, elseOps)}
+	}
+	return at, nil
+}
+
+// send commits the attempt's Txn and counts it. resp is the branch that
+// decided: the nested same-bytes Txn's, when the guard failed after a
+// conflict. committedAt is the revision of the commit.
+func (a *updater[T]) send(t attempt[T]) (resp *clientv3.TxnResponse, committedAt int64, err error) {
+	resp, err = a.s.c.Txn(a.ctx).If(t.cmps...).Then(t.then...).Else(t.els...).Commit()
+	if err != nil {
+		return nil, 0, etcdErr(a.ctx, err)
+	}
+	committedAt = resp.Header.Revision
+	firstWon := resp.Succeeded
+	if !resp.Succeeded && t.nested {
+		resp = (*clientv3.TxnResponse)(resp.Responses[0].GetResponseTxn())
+	}
+	a.s.metrics.UpdateAttempt(a.u.codec.kind, !resp.Succeeded, !firstWon && resp.Succeeded)
+	a.st.attempts++
+	if !resp.Succeeded {
+		a.st.conflicts++
+	} else if !firstWon {
+		a.st.identical++
+	}
+	return resp, committedAt, nil
+}
+
+// won records a committed attempt (the caller's revision, the cache, the
+// fenced-write log) and returns the object as written.
+func (a *updater[T]) won(at attempt[T], committedAt int64) T {
+	var zero T
+	u, next := &a.u, at.next
+	if u.committed != nil {
+		*u.committed = committedAt
+	}
+	if k := kindOf(a.s, u.codec); k != nil {
+		k.wrote(u.key, next, at.val, committedAt)
+	}
+	if u.fence != nil {
+		a.s.applied("update", u.key, u.fence, committedAt)
+	}
+	if next == zero {
+		return zero
+	}
+	next.GetMeta().ResourceVersion = committedAt
+	return next
+}
+
+// conflict takes the refused attempt's Else branch as the fresh state for
+// the next one, unless the refusal was the fence's (ErrFenced).
+func (a *updater[T]) conflict(resp *clientv3.TxnResponse) error {
+	var zero T
+	u := &a.u
+	a.fromCache = false // the Else branch read the state
+	if u.fence != nil {
+		if fenceLost(u.fence, resp.Responses[1].GetResponseRange().GetKvs()) {
+			a.s.metrics.FencedRejection()
+			a.st.fenced = true
+			return ErrFenced
+		}
+	}
+	if u.intent != "" {
+		a.intentSeen, a.intentUID = false, ""
+		if kvs := resp.Responses[len(resp.Responses)-1].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			a.intentSeen, a.intentUID = true, string(kvs[0].Value)
+		}
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		a.cur, a.raw, a.rev = zero, nil, 0
+		return nil
+	}
+	cur, err := a.u.codec.decode(kvs[0])
+	if err != nil {
+		return err
+	}
+	a.cur, a.raw, a.rev = cur, kvs[0].Value, kvs[0].ModRevision
+	return nil
 }
 
 func backoff(ctx context.Context, n int) error {
