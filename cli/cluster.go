@@ -16,7 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	shoalv1 "shoal/api/shoal/v1"
-	"shoal/embedetcd"
+	"shoal/etcdmember"
 )
 
 // memberHint points a member name that was not found at the member list.
@@ -166,7 +166,7 @@ raises the quorum before the member is even running.`,
 			}
 			name := c.Args().First()
 			for _, u := range c.StringSlice("peer-url") {
-				if err := embedetcd.CheckURL("--peer-url", u); err != nil {
+				if err := etcdmember.CheckURL("--peer-url", u); err != nil {
 					return usageError("%v", err)
 				}
 			}

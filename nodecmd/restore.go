@@ -9,6 +9,7 @@ import (
 
 	shoalcli "shoal/cli"
 	"shoal/embedetcd"
+	"shoal/etcdmember"
 	"shoal/node"
 )
 
@@ -38,14 +39,14 @@ snapshot on each with the same --etcd-initial-cluster, each with its own
 				return err
 			}
 			file, dir, id := c.Args().First(), c.String("data-dir"), c.String("node-id")
-			if err := embedetcd.CheckName(id); err != nil {
+			if err := etcdmember.CheckName(id); err != nil {
 				return shoalcli.UsageError("--node-id: %v", err)
 			}
 			ic := c.String("etcd-initial-cluster")
 			if ic == "" {
 				ic = id + "=" + def.EtcdListenPeer
 			}
-			parsed, err := embedetcd.ParseInitialCluster(ic)
+			parsed, err := etcdmember.ParseInitialCluster(ic)
 			if err != nil {
 				return shoalcli.UsageError("--etcd-initial-cluster: %v", err)
 			}
