@@ -21,6 +21,7 @@ import (
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/embedetcd"
+	"shoal/etcdmember"
 	"shoal/lease"
 )
 
@@ -198,7 +199,7 @@ func (s *ClusterServer) AddMember(ctx context.Context, req *shoalv1.AddMemberReq
 // started yet (no name) gets its id as a placeholder name.
 func addResponse(members []*etcdserverpb.Member, id uint64, name string) *shoalv1.AddMemberResponse {
 	out := &shoalv1.AddMemberResponse{}
-	var ic embedetcd.InitialCluster
+	var ic etcdmember.InitialCluster
 	for _, m := range members {
 		n := memberName(m)
 		if m.ID == id {
@@ -207,7 +208,7 @@ func addResponse(members []*etcdserverpb.Member, id uint64, name string) *shoalv
 			out.Member.Name = name
 		}
 		for _, u := range m.PeerURLs {
-			ic = append(ic, embedetcd.Peer{Name: n, URL: u})
+			ic = append(ic, etcdmember.Peer{Name: n, URL: u})
 		}
 	}
 	out.InitialCluster = ic.String()

@@ -12,7 +12,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
-	"shoal/embedetcd"
+	"shoal/etcdmember"
 	"shoal/store"
 )
 
@@ -386,7 +386,7 @@ func validTailLines(n int32) error {
 // validNewMember checks an AddMember request and returns its peer URLs
 // as etcd will store them.
 func validNewMember(name string, urls []string) ([]string, error) {
-	if err := embedetcd.CheckName(name); err != nil {
+	if err := etcdmember.CheckName(name); err != nil {
 		return nil, shoal.Invalid("name", "%v", err)
 	}
 	if len(urls) == 0 {
@@ -398,7 +398,7 @@ func validNewMember(name string, urls []string) ([]string, error) {
 		if strings.Contains(u, ",") {
 			return nil, shoal.Invalid(field, "%q holds a ','; give one URL per entry", trunc(u))
 		}
-		ic, err := embedetcd.ParseInitialCluster(name + "=" + u)
+		ic, err := etcdmember.ParseInitialCluster(name + "=" + u)
 		if err != nil {
 			return nil, shoal.Invalid(field, "%v", err)
 		}

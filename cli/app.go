@@ -58,13 +58,15 @@ type app struct {
 	unknownCmd string
 }
 
-// Main runs the CLI and returns the process exit code.
-func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return run(ctx, args, stdin, stdout, stderr, shoalSpec())
+// Main runs the CLI and returns the process exit code. exts are the
+// commands cmd/shoal adds to the tree (Extension): `shoal node start` and
+// `shoal cluster snapshot restore` come from package nodecmd.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, exts ...Extension) int {
+	return run(ctx, args, stdin, stdout, stderr, shoalSpec(exts...))
 }
 
-// shoalSpec is the `shoal` binary's command tree.
-func shoalSpec() ToolSpec {
+// shoalSpec is the `shoal` binary's command tree, with exts in it.
+func shoalSpec(exts ...Extension) ToolSpec {
 	return ToolSpec{
 		Name:  "shoal",
 		Usage: "a clustered control plane for agent sandboxes",
@@ -78,8 +80,8 @@ Flags may come before or after positional arguments.
 ` + exitCodesHelp,
 		Commands: func(t *Tool) []*cli.Command {
 			a := t.a
-			return []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.clusterCmd(), a.certsCmd(), a.configCmd(), a.adminCmd(),
-				movedToLab("chaos"), movedToLab("bench")}
+			return extend(t, []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.clusterCmd(), a.certsCmd(), a.configCmd(), a.adminCmd(),
+				movedToLab("chaos"), movedToLab("bench")}, exts)
 		},
 	}
 }

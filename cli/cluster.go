@@ -7,7 +7,6 @@ import (
 	"hash"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -17,8 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	shoalv1 "shoal/api/shoal/v1"
-	"shoal/embedetcd"
-	"shoal/node"
+	"shoal/etcdmember"
 )
 
 // memberHint points a member name that was not found at the member list.
@@ -46,7 +44,7 @@ The etcd member of a node is named after its node id.`,
 			{
 				Name:        "snapshot",
 				Usage:       "save an etcd snapshot, or restore a data dir from one",
-				Subcommands: []*cli.Command{a.snapshotSave(), a.snapshotRestore()},
+				Subcommands: []*cli.Command{a.snapshotSave()},
 			},
 		},
 	}
@@ -168,7 +166,7 @@ raises the quorum before the member is even running.`,
 			}
 			name := c.Args().First()
 			for _, u := range c.StringSlice("peer-url") {
-				if err := embedetcd.CheckURL("--peer-url", u); err != nil {
+				if err := etcdmember.CheckURL("--peer-url", u); err != nil {
 					return usageError("%v", err)
 				}
 			}
@@ -344,68 +342,6 @@ func (t *tailHash) Write(p []byte) (int, error) {
 
 func (t *tailHash) ok() bool {
 	return len(t.tail) == sha256.Size && bytes.Equal(t.h.Sum(nil), t.tail)
-}
-
-func (a *app) snapshotRestore() *cli.Command {
-	def := node.DefaultConfig()
-	return &cli.Command{
-		Name:      "restore",
-		Usage:     "write a node's data dir from an etcd snapshot",
-		ArgsUsage: "FILE",
-		Description: `Writes DIR/etcd from a snapshot with etcd's own restore (etcdutl), for
-` + "`shoal node start --data-dir DIR --node-id ID`" + ` to start on. Runs locally; no node
-is contacted. The restored member keeps every key; revisions move on by 10^9
-(etcd's advice), so nothing a client saw before reads as newer.
-
-One node: restore, then start that node. Several voters: restore the same
-snapshot on each with the same --etcd-initial-cluster, each with its own
---node-id, then start them all with that list.`,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "data-dir", Required: true, Usage: "the node's data `DIR` to write (its etcd subdirectory must not exist)"},
-			&cli.StringFlag{Name: "node-id", Value: def.ID, EnvVars: []string{"SHOAL_NODE_ID"}, Usage: "`ID` of the node that will start on it (the member's name)"},
-			&cli.StringFlag{Name: "etcd-initial-cluster", Usage: "the restored cluster, `NAME=URL,...` (default: ID=" + def.EtcdListenPeer + ")"},
-		},
-		Action: func(c *cli.Context) error {
-			if err := exactArgs(c, 1, "FILE"); err != nil {
-				return err
-			}
-			file, dir, id := c.Args().First(), c.String("data-dir"), c.String("node-id")
-			if err := embedetcd.CheckName(id); err != nil {
-				return usageError("--node-id: %v", err)
-			}
-			ic := c.String("etcd-initial-cluster")
-			if ic == "" {
-				ic = id + "=" + def.EtcdListenPeer
-			}
-			parsed, err := embedetcd.ParseInitialCluster(ic)
-			if err != nil {
-				return usageError("--etcd-initial-cluster: %v", err)
-			}
-			if len(parsed.URLs(id)) == 0 {
-				return usageError("--etcd-initial-cluster: the node id %q is not in %q (the member's name is its node id)", id, ic)
-			}
-			if _, err := os.Stat(file); err != nil {
-				return usageError("snapshot file: %v", err)
-			}
-			if entries, err := os.ReadDir(node.EtcdDir(dir)); err == nil && len(entries) > 0 {
-				return &exitError{code: ExitPrecondition, msg: fmt.Sprintf("--data-dir: %s is not empty; restore into a fresh data dir", node.EtcdDir(dir)),
-					hint: "a node's data is replaced only by hand: move the old directory away first"}
-			}
-			if err := os.MkdirAll(dir, 0o700); err != nil {
-				return &exitError{code: ExitError, msg: "--data-dir: " + err.Error()}
-			}
-			err = embedetcd.Restore(embedetcd.RestoreConfig{Snapshot: file, DataDir: node.EtcdDir(dir), Name: id, InitialCluster: ic})
-			if err != nil {
-				return &exitError{code: ExitError, msg: err.Error()}
-			}
-			etcdDir, _ := filepath.Abs(node.EtcdDir(dir))
-			if a.out.format != formatTable {
-				return a.out.object(mustStruct(map[string]any{"data_dir": dir, "etcd_dir": etcdDir, "node_id": id}))
-			}
-			fmt.Fprintf(a.stdout, "etcd snapshot restored into %s as member %s\nStart the node with:\n  shoal node start --data-dir %s --node-id %s ...\n", etcdDir, id, dir, id)
-			return nil
-		},
-	}
 }
 
 func mustStruct(m map[string]any) *structpb.Struct {

@@ -80,3 +80,67 @@ func movedToLab(name string) *cli.Command {
 		},
 	}
 }
+
+// Extension is a command another package adds to `shoal`'s tree, so that
+// this package need not link what the command runs: cmd/shoal adds the
+// commands that run a node (package nodecmd), which link the server, and
+// the CLI stays a client of the API alone. Parent is the path of the
+// command it goes under ({"node"}, {"cluster", "snapshot"}); the command
+// is appended to that command's subcommands.
+type Extension struct {
+	Parent  []string
+	Command func(*Tool) *cli.Command
+}
+
+// extend appends each extension's command under its parent in cmds. A
+// parent that does not exist is a bug of the binary's wiring: it panics
+// at once, in every run, rather than dropping a command.
+func extend(t *Tool, cmds []*cli.Command, exts []Extension) []*cli.Command {
+	for _, e := range exts {
+		var parent *cli.Command
+		level := cmds
+		for _, name := range e.Parent {
+			parent = nil
+			for _, c := range level {
+				if c.Name == name {
+					parent = c
+					break
+				}
+			}
+			if parent == nil {
+				panic(fmt.Sprintf("cli: extension parent %q: no command %q", e.Parent, name))
+			}
+			level = parent.Subcommands
+		}
+		if parent == nil {
+			panic("cli: an extension needs a parent command")
+		}
+		parent.Subcommands = append(parent.Subcommands, e.Command(t))
+	}
+	return cmds
+}
+
+// Structured reports whether -o asks for json or yaml rather than a table.
+func (t *Tool) Structured() bool { return t.a.out.format != formatTable }
+
+// PrintFields prints fields as one object in the -o format (json or yaml):
+// the machine-readable result of a command whose table output is prose.
+// The values must be plain (strings, numbers, bools, and maps and slices
+// of them).
+func (t *Tool) PrintFields(fields map[string]any) error {
+	return t.a.out.object(mustStruct(fields))
+}
+
+// Exit is an error that exits with code, printed as msg and, if not
+// empty, hint (Failure and UsageError are the common cases).
+func Exit(code int, msg, hint string) error {
+	return &exitError{code: code, msg: msg, hint: hint}
+}
+
+// ExactArgs checks the positional argument count as every command of
+// `shoal` does: a usage error naming what the command takes ("FILE").
+func ExactArgs(c *cli.Context, n int, names string) error { return exactArgs(c, n, names) }
+
+// ParseKV parses repeated KEY=VALUE flag values; field names the flag in
+// errors, which are usage errors.
+func ParseKV(field string, vals []string) (map[string]string, error) { return parseKV(field, vals) }

@@ -3,7 +3,7 @@
 // configured otherwise.
 //
 // A member is alone by default; with an initial cluster (etcd's
-// --initial-cluster, cluster.go) it bootstraps with its peers, and with
+// --initial-cluster, package etcdmember) it bootstraps with its peers, and with
 // state "existing" it starts as a member added to a running cluster. A
 // member whose data dir is initialised ignores both, as etcd does, and
 // rejoins as itself. Server.Err reports a member removed from its cluster

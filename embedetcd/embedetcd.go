@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"shoal/etcdmember"
 	"shoal/pki"
 )
 
@@ -99,13 +100,13 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return errors.New("etcd data dir: must be set")
 	}
-	if err := CheckName(c.Name); err != nil {
+	if err := etcdmember.CheckName(c.Name); err != nil {
 		return fmt.Errorf("node-id: %w (the node id names the etcd member)", err)
 	}
-	if err := CheckURL("etcd-listen-client", c.ListenClient); err != nil {
+	if err := etcdmember.CheckURL("etcd-listen-client", c.ListenClient); err != nil {
 		return err
 	}
-	if err := CheckURL("etcd-listen-peer", c.ListenPeer); err != nil {
+	if err := etcdmember.CheckURL("etcd-listen-peer", c.ListenPeer); err != nil {
 		return err
 	}
 	for _, u := range []struct{ field, url string }{
@@ -140,7 +141,7 @@ func (c Config) Validate() error {
 	if c.InitialCluster == "" {
 		return nil
 	}
-	ic, err := ParseInitialCluster(c.InitialCluster)
+	ic, err := etcdmember.ParseInitialCluster(c.InitialCluster)
 	if err != nil {
 		return fmt.Errorf("etcd-initial-cluster: %w", err)
 	}
@@ -148,7 +149,7 @@ func (c Config) Validate() error {
 	if len(own) == 0 {
 		return fmt.Errorf("etcd-initial-cluster: this member's name %q is not in %q (the member name is the node id)", c.Name, c.InitialCluster)
 	}
-	if adv := normalize(c.advertisePeer()); len(own) != 1 || own[0] != adv {
+	if adv := etcdmember.Normalize(c.advertisePeer()); len(own) != 1 || own[0] != adv {
 		return fmt.Errorf("etcd-initial-cluster: %s=%s does not match this member's peer URL %s (--etcd-advertise-peer, default --etcd-listen-peer)",
 			c.Name, own[0], adv)
 	}
@@ -170,15 +171,15 @@ func orDefault(s, def string) string {
 // ::) will not do.
 func checkAdvertise(field, u, listenField, listen string) error {
 	if u == "" {
-		if unspecified(listen) {
+		if etcdmember.Unspecified(listen) {
 			return fmt.Errorf("%s: must be set when --%s listens on every address (%s): give the URL other members and clients dial", field, listenField, listen)
 		}
 		return nil
 	}
-	if err := CheckURL(field, u); err != nil {
+	if err := etcdmember.CheckURL(field, u); err != nil {
 		return err
 	}
-	if unspecified(u) {
+	if etcdmember.Unspecified(u) {
 		return fmt.Errorf("%s: %q is an unspecified address; give the URL other members and clients dial", field, u)
 	}
 	return nil

@@ -6,6 +6,8 @@ import (
 
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+
+	"shoal/etcdmember"
 )
 
 // RestoreConfig says where a snapshot becomes a member's data dir.
@@ -32,10 +34,10 @@ const RevisionBump = 1_000_000_000
 // Restore writes a data dir from a snapshot with etcd's own restore
 // (etcdutl), as `etcdutl snapshot restore` does.
 func Restore(cfg RestoreConfig) error {
-	if err := CheckName(cfg.Name); err != nil {
+	if err := etcdmember.CheckName(cfg.Name); err != nil {
 		return fmt.Errorf("node-id: %w", err)
 	}
-	ic, err := ParseInitialCluster(cfg.InitialCluster)
+	ic, err := etcdmember.ParseInitialCluster(cfg.InitialCluster)
 	if err != nil {
 		return fmt.Errorf("etcd-initial-cluster: %w", err)
 	}

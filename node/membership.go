@@ -18,6 +18,7 @@ import (
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/embedetcd"
+	"shoal/etcdmember"
 	"shoal/pki"
 )
 
@@ -81,7 +82,7 @@ func (c *Config) validateMembership() error {
 			if _, _, err := net.SplitHostPort(u); (err == nil && !strings.Contains(u, "/")) || strings.HasPrefix(u, "unix://") || strings.HasPrefix(u, "unixs://") {
 				continue
 			}
-			if err := embedetcd.CheckURL("etcd-endpoints", u); err != nil {
+			if err := etcdmember.CheckURL("etcd-endpoints", u); err != nil {
 				return fmt.Errorf("--%w", err)
 			}
 		}

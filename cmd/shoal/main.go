@@ -1,4 +1,5 @@
-// Command shoal is the shoal CLI and server. See package cli.
+// Command shoal is the shoal CLI and server. See package cli, and
+// package nodecmd for the commands that run a node.
 package main
 
 import (
@@ -9,6 +10,7 @@ import (
 	"syscall"
 
 	"shoal/cli"
+	"shoal/nodecmd"
 )
 
 func main() {
@@ -23,7 +25,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "second signal: exiting now")
 		os.Exit(130)
 	}()
-	code := cli.Main(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr)
+	code := cli.Main(ctx, os.Args, os.Stdin, os.Stdout, os.Stderr, nodecmd.Commands()...)
 	cancel()
 	os.Exit(code)
 }

@@ -1,4 +1,4 @@
-package embedetcd
+package etcdmember
 
 import (
 	"fmt"
@@ -51,10 +51,10 @@ func ParseInitialCluster(s string) (InitialCluster, error) {
 		if err := CheckURL("", u); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		if unspecified(u) {
+		if Unspecified(u) {
 			return nil, fmt.Errorf("%s: %q is an unspecified address; give the URL the other members dial", name, u)
 		}
-		u = normalize(u)
+		u = Normalize(u)
 		if other, dup := seen[u]; dup {
 			return nil, fmt.Errorf("%s and %s share the peer URL %s", other, name, u)
 		}
@@ -90,9 +90,9 @@ func CheckURL(field, u string) error {
 	return fmt.Errorf("%s", msg)
 }
 
-// unspecified reports whether a URL's host is 0.0.0.0 or ::, which
+// Unspecified reports whether a URL's host is 0.0.0.0 or ::, which
 // nobody can dial.
-func unspecified(u string) bool {
+func Unspecified(u string) bool {
 	p, err := url.Parse(u)
 	if err != nil {
 		return false
@@ -101,8 +101,8 @@ func unspecified(u string) bool {
 	return ip != nil && ip.IsUnspecified()
 }
 
-// normalize writes a URL the way etcd compares them (no trailing slash).
-func normalize(u string) string {
+// Normalize writes a URL the way etcd compares them (no trailing slash).
+func Normalize(u string) string {
 	p, err := url.Parse(u)
 	if err != nil {
 		return u

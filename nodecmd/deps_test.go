@@ -1,0 +1,60 @@
+package nodecmd_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// serverSide matches what only a node runs: shoal's server packages, the
+// etcd server and the Docker client. Package cli is a client of the API
+// and links none of them; this package brings them into `shoal`.
+var serverSide = regexp.MustCompile(`^shoal/(apiserver|agent|node|store|coordinator|embedetcd|docker|hollow|registry|lease)$|^go\.etcd\.io/etcd/server/|^github\.com/docker/`)
+
+// deps lists the packages pkg links, or skips when there is no go tool
+// to ask.
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go tool on PATH: the dependency rule of package cli is not checked")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	cmd := exec.Command(goTool, "list", "-deps", pkg)
+	cmd.Dir = filepath.Dir(file)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// The CLI depends on the API alone (issue 22): no package cli links,
+// directly or through another, is a server's. cmd/shoal does link them,
+// through this package, which shows the pattern matches and that `shoal`
+// is still the server too.
+func TestCLILinksNoServer(t *testing.T) {
+	var found []string
+	for _, p := range deps(t, "shoal/cli") {
+		if serverSide.MatchString(p) {
+			found = append(found, p)
+		}
+	}
+	if len(found) > 0 {
+		t.Errorf("package cli links server packages (commands that need them belong in nodecmd): %s", strings.Join(found, " "))
+	}
+	want := map[string]bool{"shoal/nodecmd": false, "shoal/node": false, "shoal/apiserver": false, "shoal/embedetcd": false, "shoal/docker": false}
+	for _, p := range deps(t, "shoal/cmd/shoal") {
+		if _, ok := want[p]; ok {
+			want[p] = true
+		}
+	}
+	for p, ok := range want {
+		if !ok {
+			t.Errorf("cmd/shoal does not link %s", p)
+		}
+	}
+}
