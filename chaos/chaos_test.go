@@ -46,6 +46,7 @@ func invariants(r *chaos.Report) []string {
 // caught breaking invariant 4, and one whose update loop skips its compare
 // is caught losing updates (linearizability).
 func TestBrokenGuaranteesAreCaught(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	bin := buildShoal(t, "chaosbreak")
 	for _, tc := range []struct {
@@ -67,6 +68,7 @@ func TestBrokenGuaranteesAreCaught(t *testing.T) {
 		{"stale-cache", "conflicts", "1-linearizable", 2},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
 			for attempt := 1; attempt <= tc.attempts; attempt++ {
 				cfg := chaos.DefaultConfig()
 				cfg.Binary = bin
@@ -102,6 +104,7 @@ func TestBrokenGuaranteesAreCaught(t *testing.T) {
 
 // A healthy node passes the same scenarios, and the report files are there.
 func TestHealthyRunHasNoViolations(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	cfg := chaos.DefaultConfig()
 	cfg.Binary = testenv.Binary(t)

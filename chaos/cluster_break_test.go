@@ -455,6 +455,7 @@ func unfencedLeaderIsCaught(t *testing.T, broken string) {
 // cluster samplers run throughout: the partition is one fence episode of
 // the cut node, frozen within the margin, and no invariant breaks.
 func TestConvergenceOnCluster(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3, Voters: 3, OrphanGrace: time.Hour,
 		Args: []string{"--node-ttl", breakNodeTTL.String()}})

@@ -33,6 +33,7 @@ func randomID(prefix string) string {
 }
 
 func TestKeyspaceWatchAgainstEtcd(t *testing.T) {
+	t.Parallel()
 	cli, _ := testenv.Etcd(t)
 	const prefix = "/chaostest"
 	st := store.New(cli, store.Options{Prefix: prefix})
@@ -150,6 +151,7 @@ func runContainer(t *testing.T, cli *client.Client, node, uid string) string {
 }
 
 func TestEngineSamplerAgainstEngines(t *testing.T) {
+	t.Parallel()
 	n1, n2 := randomID("es1-"), randomID("es2-")
 	engines := testenv.StartEngines(t, n1, n2)
 	clients := map[string]*client.Client{n1: engines[0].Client, n2: engines[1].Client}

@@ -15,6 +15,7 @@ import (
 // a call that would hang on the dead endpoints it was dialed with fails
 // this test within its bound instead.
 func TestHarnessFollowsReplacedMembers(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	cfg := DefaultConfig()
 	cfg.Binary = testenv.Binary(t)

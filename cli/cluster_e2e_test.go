@@ -184,6 +184,7 @@ func voters(ms []*shoalv1.Member) map[string]bool {
 // without adding itself again, its removal, and the API through the rest
 // after one voter stops (2 of 3 is a quorum).
 func TestEtcdClusterMembership(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	var cfgs []node.Config
@@ -347,6 +348,7 @@ func TestEtcdClusterMembership(t *testing.T) {
 // A snapshot saved through a node's API restores into a fresh data dir
 // with etcd's own tools, and a node started on it serves every record.
 func TestSnapshotSaveAndRestore(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
@@ -402,6 +404,7 @@ func TestSnapshotSaveAndRestore(t *testing.T) {
 // Bad cluster flags: exit 2 and one error line naming the flag, before
 // anything starts.
 func TestClusterBadFlagsThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	dir := t.TempDir()
 	snap := writeFile(t, filepath.Join(dir, "snap.db"), "not a snapshot")

@@ -16,6 +16,7 @@ import (
 // one completes subcommands and flags by asking the binary; no shell or
 // an unknown one is a usage error; --help says how to install each.
 func TestCompletionThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	run(t, bin, "", "completion").must(t, cli.ExitUsage, "completion without a shell")
 	r := run(t, bin, "", "completion", "tcsh").must(t, cli.ExitUsage, "completion tcsh")

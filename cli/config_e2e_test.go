@@ -16,6 +16,7 @@ import (
 // current-context is gone refuses calls (naming it) but still lets
 // `config use-context` repair it. (Hollow node: no engine needed.)
 func TestConfigContextsThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	cfg := testenv.NodeConfig(t)
 	cfg.Runtime = node.RuntimeHollow

@@ -15,6 +15,7 @@ import (
 // The CLI's contract with scripts, against a real node: list and get
 // shapes, multi-name deletes, and credentials from env and files.
 func TestScriptContractThroughBinary(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
@@ -126,6 +127,7 @@ func TestScriptContractThroughBinary(t *testing.T) {
 
 // 10 MiB of output from a real container arrives byte for byte.
 func TestExecLargeOutputThroughBinary(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))

@@ -14,6 +14,7 @@ import (
 // the server's `sandbox "x" not found` is not prefixed with `sandbox "x": `
 // again.
 func TestOnePrefixPerErrorThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	_, _, api := startHollowNode(t, bin)
 	for _, kind := range []string{"sandbox", "provider"} {
@@ -39,6 +40,7 @@ func TestOnePrefixPerErrorThroughBinary(t *testing.T) {
 // A node whose etcd port is taken names the flag of that port, and only
 // it; --listen names itself.
 func TestPortClashNamesItsFlagThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 // the one that is up; a create carries a request id (a retry after a cut
 // connection returns the same sandbox: store.TestCreateRetriedWithItsRequestID).
 func TestEndpointListFailsOver(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
@@ -78,6 +79,7 @@ func runAsync(t *testing.T, bin, endpoint string, args ...string) <-chan result 
 // by the CLI through the next node with the same request id, and returns
 // the sandbox the first attempt made: the same uid, not ALREADY_EXISTS.
 func TestEndpointListOverACluster(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3})

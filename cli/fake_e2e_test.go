@@ -125,6 +125,7 @@ func noSecret(t *testing.T, what string, r result, secrets ...string) {
 }
 
 func TestCredentialFlagsThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	f := &fakeShoal{}
 	ep := startFake(t, f)
@@ -216,6 +217,7 @@ func TestCredentialFlagsThroughBinary(t *testing.T) {
 }
 
 func TestListShapeAndWarningsThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	f := &fakeShoal{}
 	ep := startFake(t, f)
@@ -274,6 +276,7 @@ func parseItems(t *testing.T, format, out string) []map[string]any {
 // A response bigger than gRPC's default 4 MiB receive limit, but within the
 // server's send limit, must reach the CLI.
 func TestLargeResponseWithinServerLimit(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	f := &fakeShoal{}
 	ep := startFake(t, f)
@@ -295,6 +298,7 @@ func TestLargeResponseWithinServerLimit(t *testing.T) {
 }
 
 func TestNewErrorCodesThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	f := &fakeShoal{}
 	ep := startFake(t, f)
@@ -315,6 +319,7 @@ func TestNewErrorCodesThroughBinary(t *testing.T) {
 }
 
 func TestExecStreamThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	f := &fakeShoal{}
 	ep := startFake(t, f)

@@ -190,6 +190,7 @@ func TestConnectionFloodThroughBinary(t *testing.T) {
 // The connection-cap flags are in `node start --help`; bad values exit 2
 // naming the flag, before anything starts.
 func TestNodeStartBadConnFlagsThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	cfg := testenv.NodeConfig(t)
 	help := run(t, bin, "", "node", "start", "--help").must(t, 0, "node start --help")

@@ -79,6 +79,7 @@ func refPaths(words string) [][]string {
 // 0. Unknown commands are usage errors (exit 2), not "No help topic"
 // (exit 3).
 func TestHintsNameCommandsThatExist(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	dir := t.TempDir()
 	env := []string{"HOME=" + dir, "SHOAL_CONFIG=" + filepath.Join(dir, "config.yaml"), "SHOAL_ENDPOINT=127.0.0.1:1"}

@@ -75,6 +75,7 @@ func tlsArgs(f pki.Files) []string {
 // starts: one line naming both ids, exit 2, nothing written. (It served,
 // Ready, as that other node's holder.)
 func TestNodeCertificateMustNameItsNode(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	cfg := testenv.NodeConfig(t)
 	dir := t.TempDir()
@@ -102,6 +103,7 @@ func TestNodeCertificateMustNameItsNode(t *testing.T) {
 // the hollow runtime. (Before: the new data dir's node served as X and put
 // X's sandboxes in ERROR while their containers ran on.)
 func TestNodeIDBelongsToItsInstallation(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	lcfg := testenv.NodeConfig(t)
 	lcfg.Runtime = node.RuntimeHollow
@@ -181,6 +183,7 @@ func TestNodeIDBelongsToItsInstallation(t *testing.T) {
 // dial timeout with "context deadline exceeded", a joining node after
 // retrying the x509 error for two minutes.
 func TestAnotherCAFailsTheStartAtOnce(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	cfg := testenv.NodeConfig(t)
 	cfg.Runtime = node.RuntimeHollow
@@ -227,6 +230,7 @@ func TestAnotherCAFailsTheStartAtOnce(t *testing.T) {
 // unavailability is no certificate error), and joins over TLS once that
 // node serves.
 func TestTLSJoinWaitsForItsNode(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	cfg := testenv.NodeConfig(t)
 	cfg.Runtime = node.RuntimeHollow

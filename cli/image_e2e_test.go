@@ -9,6 +9,7 @@ import (
 // The default sandbox image (deploy/image, busybox on scratch) has a /tmp
 // that anyone can write, sticky, as on any Linux: scratch has none.
 func TestDefaultImageTmpWritableThroughBinary(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	ep := testenv.StartNode(t, testenv.NodeConfig(t)).Addr()

@@ -70,6 +70,7 @@ func requireExecutable(t *testing.T, path string) {
 // $(PREFIX)/bin when PREFIX is set and into $(go env GOPATH)/bin
 // otherwise, and they run from there.
 func TestMakeInstall(t *testing.T) {
+	t.Parallel()
 	tmp := t.TempDir()
 	build := []string{"BIN=" + filepath.Join(tmp, "build", "shoal"), "LAB_BIN=" + filepath.Join(tmp, "build", "shoal-lab")}
 
@@ -126,6 +127,7 @@ func gitVersion(t *testing.T) string {
 // --version print it, a node started from the binary registers it, and
 // the node image is built with the same version. Outside git it is "dev".
 func TestMakeBuildStampsVersion(t *testing.T) {
+	t.Parallel()
 	tmp := t.TempDir()
 	bin, lab := filepath.Join(tmp, "shoal"), filepath.Join(tmp, "shoal-lab")
 	makeCmd(t, nil, "-s", "build", "BIN="+bin, "LAB_BIN="+lab)

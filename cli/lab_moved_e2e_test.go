@@ -12,6 +12,7 @@ import (
 // chaos and bench moved to shoal-lab: shoal answers them, with any flags,
 // with a usage error that says where they went, and no longer lists them.
 func TestLabCommandsMovedThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	for _, tc := range []struct {
 		args []string

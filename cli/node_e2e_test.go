@@ -19,6 +19,7 @@ import (
 // and uncordon steering placement, --node and --node-selector, and a
 // second node with a live node's id refused with one line naming it.
 func TestNodeCommandsThroughBinary(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	cfg := testenv.NodeConfig(t)
@@ -83,6 +84,7 @@ func TestNodeCommandsThroughBinary(t *testing.T) {
 // corrupt registry key away at once and a corrupt info record once the
 // leader forgets it (hollow runtime: no engine needed).
 func TestCorruptNodeRecordsThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	cfg := testenv.NodeConfig(t)
 	cfg.Runtime = node.RuntimeHollow

@@ -89,6 +89,7 @@ func nodeLost(sb *shoalv1.Sandbox) string {
 // the provider is then deletable; restarted, the node removes that
 // container at once and its other sandbox is READY again.
 func TestOwnerKilled(t *testing.T) {
+	t.Parallel()
 	c := lossCluster(t)
 	bin := testenv.Binary(t)
 	front, owner := c.Addr(0), c.ID(1)
@@ -147,6 +148,7 @@ func TestOwnerKilled(t *testing.T) {
 // TTL + 2 s; a sandbox deleted meanwhile completes through the other node;
 // healed, the node removes that container and thaws the other, READY.
 func TestOwnerCutOff(t *testing.T) {
+	t.Parallel()
 	c := lossCluster(t)
 	bin := testenv.Binary(t)
 	front, owner := c.Addr(0), c.ID(1)
@@ -191,6 +193,7 @@ func TestOwnerCutOff(t *testing.T) {
 // drain cordons and waits (--delete deletes); remove refuses a Ready
 // node and forgets a NotReady one once its sandboxes are deleted.
 func TestNodeDrainAndRemove(t *testing.T) {
+	t.Parallel()
 	c := lossCluster(t)
 	bin := testenv.Binary(t)
 	front, victim := c.Addr(0), c.ID(1)
@@ -242,6 +245,7 @@ func TestNodeDrainAndRemove(t *testing.T) {
 // attached; restarted, node 1 kills it and its process group, and logs
 // that it did; the sandbox's own command runs on.
 func TestExecThroughAnotherNodeEndsWithItsOwner(t *testing.T) {
+	t.Parallel()
 	c := lossCluster(t)
 	bin := testenv.Binary(t)
 	front, owner := c.Addr(0), c.ID(1)

@@ -19,6 +19,7 @@ func (f *fakeShoal) GetProvider(context.Context, *shoalv1.GetProviderRequest) (*
 // JSON and YAML print strings as they are: no HTML escaping of <, > and &
 // (`<redacted>` once came out as `\u003credacted\u003e` in lists).
 func TestJSONNotHTMLEscapedThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	f := &fakeShoal{}
 	ep := startFake(t, f)
@@ -44,6 +45,7 @@ func TestJSONNotHTMLEscapedThroughBinary(t *testing.T) {
 // A provider's type reads the same in every format: the API's enum name
 // (the table once printed "github" where JSON and YAML print "GITHUB").
 func TestProviderTypeSameInEveryFormatThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	f := &fakeShoal{}
 	ep := startFake(t, f)

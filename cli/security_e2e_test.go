@@ -25,6 +25,7 @@ import (
 // the store's spans, and the credential nowhere in it), the wrong-CA hint,
 // and `admin rotate-encryption-key` before and after the node gains k2.
 func TestSecurityCommandsThroughBinary(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	cfg := testenv.NodeConfig(t)
 	dir := t.TempDir()
@@ -131,6 +132,7 @@ func TestSecurityCommandsThroughBinary(t *testing.T) {
 // A rotation over a corrupt provider record names it (its key, and how to
 // delete it) among the skipped, exits 1, and re-encrypts the others.
 func TestRotationNamesCorruptRecords(t *testing.T) {
+	t.Parallel()
 	bin := testenv.Binary(t)
 	cfg := testenv.NodeConfig(t)
 	cfg.Runtime = node.RuntimeHollow

@@ -54,6 +54,7 @@ func memberHas(t *testing.T, c *testenv.Cluster, i int, key string) (bool, error
 // node. (TestEtcdClusterMembership covers the membership calls with
 // in-process nodes; this is the host-level version.)
 func TestVoterLossThroughBinary(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3, Voters: 3, Args: []string{"--node-ttl", "3s"}})

@@ -13,6 +13,7 @@ import (
 // code is 1, ERROR (Docker refused the command) is 4; the error line names
 // the phase, and the code.
 func TestCreateWaitExitByPhaseThroughBinary(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	ep := testenv.StartNode(t, testenv.NodeConfig(t)).Addr()

@@ -47,6 +47,7 @@ func exists(ctx context.Context, dc *client.Client, id string) (bool, error) {
 // Docker engine, as two dev clusters on one host do. Neither reaps the
 // other's containers, and each still reaps its own orphans.
 func TestTwoClustersOnOneEngine(t *testing.T) {
+	t.Parallel()
 	dc := testenv.RequireDocker(t)
 	cfg1 := testenv.NodeConfig(t)
 	cfg2 := testenv.NodeConfig(t)

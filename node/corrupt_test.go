@@ -47,6 +47,7 @@ func cpuTime() time.Duration {
 // corrupt records and deletes them; the leader repairs a stale intent and
 // collects a stray attachment key.
 func TestCorruptRecordsDoNotStallTheNode(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	cfg := testenv.NodeConfig(t)
 	var warns atomic.Int64

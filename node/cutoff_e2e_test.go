@@ -15,6 +15,7 @@ import (
 // cluster completes deletions of its sandboxes after the fence margin),
 // and thaw them when it joins.
 func TestRestartedWhileCutOffFreezes(t *testing.T) {
+	t.Parallel()
 	const ttl = 2 * time.Second
 	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 2, Args: []string{"--node-ttl", ttl.String()}})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -48,6 +48,7 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // the sandbox's environment is unchanged. (Hollow runtime: exec env shows
 // the container's environment as a real one has it.)
 func TestCredentialOnlyInTheContainer(t *testing.T) {
+	t.Parallel()
 	const secret = "nvapi-only-in-the-container-4f7a9c"
 	cfg := testenv.NodeConfig(t)
 	cfg.Runtime = node.RuntimeHollow

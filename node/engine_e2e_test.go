@@ -28,6 +28,7 @@ import (
 // the engine is back every sandbox shows what the engine says, the waiting
 // create is provisioned and the delete completes.
 func TestDeadEngineIsNodeHealth(t *testing.T) {
+	t.Parallel()
 	const grace = 6 * time.Second
 	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 2, Metrics: true,
 		Args: []string{"--node-ttl", "2s", "--engine-grace", grace.String()}})

@@ -54,6 +54,7 @@ func execThrough(ctx context.Context, c shoalv1.ShoalClient, name string, cmd ..
 // Docker engine per node: only forwarding can reach the container. A
 // NotReady owner is UNAVAILABLE naming it.
 func TestExecAndLogsThroughANonOwner(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 2, Args: []string{"--node-ttl", "2s"}})
 	if !c.SeparateEngines() {
@@ -127,6 +128,7 @@ func TestExecAndLogsThroughANonOwner(t *testing.T) {
 // client's own id is kept through the forward. (Hollow runtime, a voter
 // and a worker.)
 func TestForwardedCallKeepsItsRequestID(t *testing.T) {
+	t.Parallel()
 	fcfg := testenv.NodeConfig(t)
 	fcfg.Runtime = node.RuntimeHollow
 	fcfg.AuditLog = filepath.Join(t.TempDir(), "front-audit.log")

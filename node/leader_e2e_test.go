@@ -114,6 +114,7 @@ func nextTerm(t *testing.T, ctx context.Context, c *testenv.Cluster, st *store.S
 // kill) and every pending delete completes. A graceful stop (SIGTERM) of
 // the next leader fails over in under a second: it resigns.
 func TestLeaderKilledWithDeletesPending(t *testing.T) {
+	t.Parallel()
 	const ttl = 4 * time.Second
 	c := testenv.StartCluster(t, testenv.ClusterConfig{Nodes: 3, LeaseTTL: ttl})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

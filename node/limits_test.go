@@ -22,6 +22,7 @@ import (
 // one that asks for more than the maximums is refused at create, naming
 // the field and the flag, and no record or container is made for it.
 func TestSandboxLimitsFromTheNode(t *testing.T) {
+	t.Parallel()
 	dc := testenv.RequireDocker(t)
 	cfg := testenv.NodeConfig(t)
 	cfg.SandboxLimits = shoal.SandboxLimits{DefaultCPUMillis: 250, MaxCPUMillis: 500, DefaultMemoryBytes: 96 << 20, MaxMemoryBytes: 128 << 20, Pids: 64}

@@ -240,6 +240,7 @@ func TestTakenMetricsAddressFailsBeforeRegistering(t *testing.T) {
 // worker whose voter stopped), while /healthz still answers: the process
 // lives, but nothing should be sent to it.
 func TestReadyzWhenEtcdIsGone(t *testing.T) {
+	t.Parallel()
 	vcfg := testenv.NodeConfig(t)
 	vcfg.Runtime = node.RuntimeHollow
 	voter := testenv.StartNode(t, vcfg)
@@ -278,6 +279,7 @@ func TestReadyzWhenEtcdIsGone(t *testing.T) {
 // API from etcd: create, get, list, update and delete work; the cache's
 // metrics and the gauges read from it are absent, not zero.
 func TestNodeWithoutWatchCache(t *testing.T) {
+	t.Parallel()
 	cfg := testenv.NodeConfig(t)
 	cfg.Runtime = node.RuntimeHollow
 	cfg.WatchCache = false

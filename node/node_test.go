@@ -57,79 +57,115 @@ func mkSandbox(t *testing.T, ctx context.Context, c shoalv1.ShoalClient, name st
 // a. The seed race: 32 goroutines update the same sandbox (labels through
 // the API, status through the store) in a tight loop while it is deleted
 // with wait. The delete and the provider delete right after both succeed,
-// every round.
+// every round. The 200 rounds run in 4 lanes at once, each lane on a
+// sandbox and providers of its own: a round is mostly waiting on the
+// engine (the container's create and removal), and the lanes add
+// interleavings across sandboxes on one node without dropping a round.
 func TestSeedRace(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
 	ctx := ctxT(t, 20*time.Minute)
-	st := n.Store()
 	rounds := 200
 	if testing.Short() {
 		rounds = 20
 	}
+	const lanes = 4
 	var conflictsSeen atomic.Int64
-	for r := range rounds {
-		pn := fmt.Sprintf("p%d", r)
-		mkProvider(t, ctx, n.Client, pn)
-		mkSandbox(t, ctx, n.Client, "seed", false, pn)
-
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		errs := make(chan error, 64)
-		for w := range 32 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					var err error
-					if w%2 == 0 {
-						_, err = n.Client.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: "seed", SetLabels: map[string]string{fmt.Sprintf("w%d", w): fmt.Sprint(i)}})
-					} else {
-						_, err = st.UpdateSandbox(ctx, "default", "seed", store.Preconditions{}, func(sb *shoalv1.Sandbox) error {
-							sb.Status.Message = fmt.Sprintf("watcher %d tick %d", w, i)
-							return nil
-						})
-					}
-					if err != nil {
-						if status.Code(err) == codes.NotFound || status.Code(err) == codes.FailedPrecondition ||
-							strings.Contains(err.Error(), "not found") || strings.Contains(err.Error(), "is being deleted") {
-							return // deletion requested: the sandbox is frozen, the writers' race is over
-						}
-						errs <- fmt.Errorf("writer %d: %w", w, err)
-						return
-					}
-					conflictsSeen.Add(1)
+	var wg sync.WaitGroup
+	failed := make(chan error, lanes)
+	for lane := range lanes {
+		wg.Go(func() {
+			for r := lane; r < rounds; r += lanes {
+				if err := seedRound(ctx, n, fmt.Sprintf("seed%d", lane), r, &conflictsSeen); err != nil {
+					failed <- fmt.Errorf("lane %d, round %d: %w", lane, r, err)
+					return
 				}
-			}()
-		}
-		_, derr := n.Client.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: "seed", Wait: true})
-		_, perr := n.Client.DeleteProvider(ctx, &shoalv1.DeleteProviderRequest{Name: pn})
-		close(stop)
-		wg.Wait()
-		close(errs)
-		if derr != nil {
-			t.Fatalf("round %d: DeleteSandbox under 32 writers: %v", r, derr)
-		}
-		if perr != nil {
-			t.Fatalf("round %d: DeleteProvider after the sandbox's wait-delete: %v", r, perr)
-		}
-		for err := range errs {
-			t.Fatalf("round %d: %v", r, err)
-		}
+			}
+		})
+	}
+	wg.Wait()
+	close(failed)
+	for err := range failed {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
 	}
 	if conflictsSeen.Load() < int64(rounds) {
 		t.Fatalf("only %d concurrent writes landed over %d rounds: the race was not exercised", conflictsSeen.Load(), rounds)
 	}
 }
 
+// seedRound is one round of the seed race on sandbox name: a provider and
+// the sandbox attached to it, 32 writers, a wait-delete of the sandbox
+// and the provider's delete right after.
+func seedRound(ctx context.Context, n *testenv.Node, name string, r int, conflictsSeen *atomic.Int64) error {
+	st := n.Store()
+	pn := fmt.Sprintf("p%d", r)
+	if _, err := n.Client.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{
+		Meta: &shoalv1.ObjectMeta{Name: pn}, Type: shoalv1.ProviderType_NVIDIA,
+		Credentials: map[string]string{"NVIDIA_API_KEY": "nvapi-" + pn},
+	}}); err != nil {
+		return fmt.Errorf("create provider %s: %w", pn, err)
+	}
+	if _, err := n.Client.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{
+		Meta: &shoalv1.ObjectMeta{Name: name, Labels: map[string]string{"n": "0"}},
+		Spec: &shoalv1.SandboxSpec{Providers: []string{pn}},
+	}}); err != nil {
+		return fmt.Errorf("create sandbox %s: %w", name, err)
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 32 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				var err error
+				if w%2 == 0 {
+					_, err = n.Client.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: name, SetLabels: map[string]string{fmt.Sprintf("w%d", w): fmt.Sprint(i)}})
+				} else {
+					_, err = st.UpdateSandbox(ctx, "default", name, store.Preconditions{}, func(sb *shoalv1.Sandbox) error {
+						sb.Status.Message = fmt.Sprintf("watcher %d tick %d", w, i)
+						return nil
+					})
+				}
+				if err != nil {
+					if status.Code(err) == codes.NotFound || status.Code(err) == codes.FailedPrecondition ||
+						strings.Contains(err.Error(), "not found") || strings.Contains(err.Error(), "is being deleted") {
+						return // deletion requested: the sandbox is frozen, the writers' race is over
+					}
+					errs <- fmt.Errorf("writer %d: %w", w, err)
+					return
+				}
+				conflictsSeen.Add(1)
+			}
+		})
+	}
+	_, derr := n.Client.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: name, Wait: true})
+	_, perr := n.Client.DeleteProvider(ctx, &shoalv1.DeleteProviderRequest{Name: pn})
+	close(stop)
+	wg.Wait()
+	close(errs)
+	if derr != nil {
+		return fmt.Errorf("DeleteSandbox under 32 writers: %w", derr)
+	}
+	if perr != nil {
+		return fmt.Errorf("DeleteProvider after the sandbox's wait-delete: %w", perr)
+	}
+	return <-errs // nil once drained and closed
+}
+
 // b. Another etcd client rewrites the sandbox's key with identical bytes
 // during deletion; the delete still succeeds.
 func TestDeleteUnderIdenticalRewrites(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
 	ctx := ctxT(t, 5*time.Minute)
@@ -186,6 +222,7 @@ func TestDeleteUnderIdenticalRewrites(t *testing.T) {
 // e. A container removed behind shoal's back puts the sandbox in ERROR, and
 // it stays deletable. A labelled container with no record is reaped.
 func TestExternalRemovalAndOrphans(t *testing.T) {
+	t.Parallel()
 	dc := testenv.RequireDocker(t)
 	cfg := testenv.NodeConfig(t)
 	metricsAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
@@ -242,6 +279,7 @@ func TestExternalRemovalAndOrphans(t *testing.T) {
 // f. A stale delete with an old uid precondition against a same-name
 // replacement fails and leaves the replacement intact.
 func TestStaleDeleteSparesReplacement(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
 	ctx := ctxT(t, 5*time.Minute)
@@ -271,6 +309,7 @@ func TestStaleDeleteSparesReplacement(t *testing.T) {
 // Provider delete while only DELETING sandboxes hold it is accepted, and
 // with wait returns when the provider is gone.
 func TestProviderTerminatingUntilReleased(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
 	ctx := ctxT(t, 5*time.Minute)
@@ -297,6 +336,7 @@ func TestProviderTerminatingUntilReleased(t *testing.T) {
 // Every sandbox's logs are bounded: a node refuses log bounds below 1 MiB
 // or 1 file, naming the flags.
 func TestSandboxLogBoundsAreRequired(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		bytes int64
 		files int

@@ -61,6 +61,7 @@ func dial(t *testing.T, addr string) shoalv1.ShoalClient {
 // removal is in flight. After a restart on the same data dir, teardown
 // completes and the container is gone.
 func TestTeardownResumesAfterHardKill(t *testing.T) {
+	t.Parallel()
 	dc := testenv.RequireDocker(t)
 	bin := testenv.Binary(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

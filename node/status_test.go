@@ -27,6 +27,7 @@ func phaseIs(ctx context.Context, c shoalv1.ShoalClient, name string, want shoal
 // B1. A paused container is PAUSED, with a message, and exec says why it
 // cannot run; unpaused it is READY again.
 func TestPausedSandbox(t *testing.T) {
+	t.Parallel()
 	dc := testenv.RequireDocker(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
 	ctx := ctxT(t, 3*time.Minute)
@@ -55,6 +56,7 @@ func TestPausedSandbox(t *testing.T) {
 // B2. create --wait with a command that ends at once answers STOPPED with
 // the command's exit code, not READY.
 func TestCreateWaitReportsACommandThatEnded(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
 	ctx := ctxT(t, 3*time.Minute)
@@ -85,6 +87,7 @@ func TestCreateWaitReportsACommandThatEnded(t *testing.T) {
 // B3. What Docker refuses reaches status.message in Docker's words, at
 // once (not after retries), bounded to 1024 bytes, without credentials.
 func TestDockerRefusalReachesStatus(t *testing.T) {
+	t.Parallel()
 	testenv.RequireDocker(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
 	ctx := ctxT(t, 3*time.Minute)

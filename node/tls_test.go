@@ -54,6 +54,7 @@ func files(dir, name string) pki.Files {
 // are refused, by the API and by etcd alike. (Hollow runtime: no engine
 // needed.)
 func TestNodeServesMutualTLSOnly(t *testing.T) {
+	t.Parallel()
 	cfg := testenv.NodeConfig(t)
 	cfg.Runtime = node.RuntimeHollow
 	dir, other := certs(t, cfg.ID), certs(t, cfg.ID)
@@ -140,6 +141,7 @@ func TestNodeServesMutualTLSOnly(t *testing.T) {
 // A node's own certificate must be a node certificate valid for
 // pki.NodeName: with any other, start fails naming --tls-cert.
 func TestNodeRefusesAClientCertificate(t *testing.T) {
+	t.Parallel()
 	cfg := testenv.NodeConfig(t)
 	dir := certs(t, cfg.ID)
 	secure(&cfg, files(dir, "admin"))
@@ -151,6 +153,7 @@ func TestNodeRefusesAClientCertificate(t *testing.T) {
 // Without TLS a node refuses to listen or advertise beyond loopback,
 // unless told --insecure; TLS flags must come as a set.
 func TestNodeRefusesPlaintextBeyondLoopback(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		change func(*node.Config)
 		want   string
@@ -182,6 +185,7 @@ func TestNodeRefusesPlaintextBeyondLoopback(t *testing.T) {
 // Each role's certificate may make its calls and no others: a refusal is
 // PERMISSION_DENIED naming the role and the method, and writes nothing.
 func TestRolesOverMutualTLS(t *testing.T) {
+	t.Parallel()
 	cfg := testenv.NodeConfig(t)
 	cfg.Runtime = node.RuntimeHollow
 	dir := certs(t, cfg.ID)
@@ -393,6 +397,7 @@ func TestStreamsPerClientCap(t *testing.T) {
 // refused at start, naming the flag and the host: the nodes and clients
 // that dial it there would refuse it.
 func TestNodeCertificateCoversItsAdvertisedHosts(t *testing.T) {
+	t.Parallel()
 	cfg := testenv.NodeConfig(t)
 	cfg.Runtime = node.RuntimeHollow
 	secure(&cfg, files(certs(t, cfg.ID), cfg.ID))

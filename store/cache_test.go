@@ -49,6 +49,7 @@ func cachedNode(t *testing.T, endpoint string) (*store.Store, *store.Cache, *cli
 // (monotonic reads); writes outside the cached prefixes move etcd's
 // revision without an event, which the reads must wait out too.
 func TestCacheReadsAreLinearizableAcrossNodes(t *testing.T) {
+	t.Parallel()
 	raw, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	a, _, _ := cachedNode(t, "http://"+srv.Endpoint())
@@ -138,6 +139,7 @@ func TestCacheReadsAreLinearizableAcrossNodes(t *testing.T) {
 // and hands the watch what changed meanwhile, so its view ends equal to
 // etcd's, with no error and no new watch needed.
 func TestCacheResumesAfterCompactionWithoutLosingEvents(t *testing.T) {
+	t.Parallel()
 	raw, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	proxy := etcdProxy(t, srv.Endpoint())
@@ -216,6 +218,7 @@ func TestCacheResumesAfterCompactionWithoutLosingEvents(t *testing.T) {
 // A hundred client watches on one node cost no etcd watch beyond the
 // cache's one per prefix, and each gets every event.
 func TestCacheClientWatchesShareOneEtcdWatchPerPrefix(t *testing.T) {
+	t.Parallel()
 	_, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	b, bCache, _ := cachedNode(t, "http://"+srv.Endpoint())
@@ -253,6 +256,7 @@ func TestCacheClientWatchesShareOneEtcdWatchPerPrefix(t *testing.T) {
 // A watch that resumes from a revision in the event log replays it; one
 // from a revision older than the log is served by etcd.
 func TestCacheWatchResumesFromRevision(t *testing.T) {
+	t.Parallel()
 	_, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	b, _, _ := cachedNode(t, "http://"+srv.Endpoint())
@@ -292,6 +296,7 @@ func TestCacheWatchResumesFromRevision(t *testing.T) {
 // The pages of a list are one snapshot, also when served from the cache
 // while the records change between pages.
 func TestCachePagedListIsOneSnapshot(t *testing.T) {
+	t.Parallel()
 	raw, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	b, bCache, _ := cachedNode(t, "http://"+srv.Endpoint())
@@ -373,6 +378,7 @@ func names(sbs []*shoalv1.Sandbox) []string {
 // change made elsewhere survives, and an update the stale copy makes look
 // like a no-op is still written.
 func TestCacheStaleStartLosesNoUpdate(t *testing.T) {
+	t.Parallel()
 	raw, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	writer := store.New(raw, store.Options{})
@@ -452,6 +458,7 @@ func TestCacheStaleStartLosesNoUpdate(t *testing.T) {
 // Corrupt records read through the cache as from etcd: a get names the
 // key (DATA_LOSS), a list skips it with a warning.
 func TestCacheCorruptRecords(t *testing.T) {
+	t.Parallel()
 	raw, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	b, _, _ := cachedNode(t, "http://"+srv.Endpoint())
@@ -472,6 +479,7 @@ func TestCacheCorruptRecords(t *testing.T) {
 // One revision that changes several keys (one Txn) reaches the copy and
 // the client watches whole.
 func TestCacheRevisionOfSeveralKeys(t *testing.T) {
+	t.Parallel()
 	raw, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	writer := store.New(raw, store.Options{})
@@ -516,6 +524,7 @@ func TestCacheRevisionOfSeveralKeys(t *testing.T) {
 // and made again (DELETED of the old uid, then ADDED) and of a corrupt
 // record deleted (DELETED of its name).
 func TestCacheRelistReportsReplacementsAndCorruptDeletes(t *testing.T) {
+	t.Parallel()
 	raw, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	proxy := etcdProxy(t, srv.Endpoint())
@@ -596,6 +605,7 @@ func compactNow(t *testing.T, raw *clientv3.Client) {
 // only, from the cache and from etcd alike: the current state, live
 // changes and a replay from a past revision.
 func TestNodeWatchSeesOnlyItsSandboxes(t *testing.T) {
+	t.Parallel()
 	_, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	cached, _, c := cachedNode(t, "http://"+srv.Endpoint())

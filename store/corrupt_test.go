@@ -16,6 +16,7 @@ import (
 // warning, watches go on, get names the key with DATA_LOSS, and delete
 // removes them with the keys that hang off them.
 func TestCorruptRecordsAreIsolated(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	if _, err := s.CreateProvider(ctx, provider("good-p")); err != nil {
@@ -127,6 +128,7 @@ func TestCorruptRecordsAreIsolated(t *testing.T) {
 // A record whose meta contradicts its key (written around shoal) is
 // corrupt too: it would otherwise be listed under another name.
 func TestMisplacedRecordIsCorrupt(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	if _, err := s.CreateSandbox(ctx, sandbox("real")); err != nil {
@@ -148,6 +150,7 @@ func TestMisplacedRecordIsCorrupt(t *testing.T) {
 // does not exist is collected (its provider becomes deletable). Keys that
 // are in use are left alone.
 func TestRepairsRemoveOnlyStaleKeys(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	if _, err := s.CreateProvider(ctx, provider("p")); err != nil {

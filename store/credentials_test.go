@@ -54,6 +54,7 @@ func rawHas(t *testing.T, c *clientv3.Client, s string) bool {
 // still lists it. Rotation moves every value to the current key, seals
 // plaintext written before encryption, and is a no-op the second time.
 func TestCredentialsEncryptedAtRest(t *testing.T) {
+	t.Parallel()
 	c, _ := testenv.Etcd(t)
 	ctx := ctxT(t)
 	const secret = "nvapi-at-rest-0123456789"
@@ -166,6 +167,7 @@ func TestCredentialsEncryptedAtRest(t *testing.T) {
 // at start; a rotation is refused while a live node seals with another key,
 // and retires the key it rotates away from.
 func TestKeyRingAdmission(t *testing.T) {
+	t.Parallel()
 	_, c := newStore(t)
 	ctx := ctxT(t)
 	with := func(r *encryption.KeyRing) *store.Store { return store.New(c, store.Options{Keys: r}) }
@@ -254,6 +256,7 @@ func TestKeyRingAdmission(t *testing.T) {
 // k2) loses no write: afterwards every value is under k2 and opens to the
 // last value written, every label is the last one written.
 func TestRotationUnderConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	c, _ := testenv.Etcd(t)
 	ctx := ctxT(t)
 	file1, k1 := ring(t, nil, "k1")
@@ -351,6 +354,7 @@ func withoutKey(t *testing.T, data []byte, name string) []byte {
 // refused at start, naming the key and how many records need it; once the
 // rotation has re-sealed them all, the same file is admitted.
 func TestKeyRingLackingARetiredKeyInUse(t *testing.T) {
+	t.Parallel()
 	c, _ := testenv.Etcd(t)
 	ctx := ctxT(t)
 	with := func(r *encryption.KeyRing) *store.Store { return store.New(c, store.Options{Keys: r}) }

@@ -30,6 +30,7 @@ func (f fence) Rev() int64  { return f.rev }
 // and leave a "store.txn" span marked fenced; the same writes under a
 // live fence commit and leave unfenced spans.
 func TestFencedTxnsOutsideTheUpdateLoop(t *testing.T) {
+	t.Parallel()
 	c, _ := testenv.Etcd(t)
 	ctx := ctxT(t)
 	rec := tracetest.NewSpanRecorder()
@@ -139,6 +140,7 @@ func TestFencedTxnsOutsideTheUpdateLoop(t *testing.T) {
 // a delete's intent, the owner's teardown record, the node registry's
 // writes, `node remove`, the records made once, and the snapshot's read.
 func TestEveryTxnHasASpan(t *testing.T) {
+	t.Parallel()
 	c, _ := testenv.Etcd(t)
 	ctx := ctxT(t)
 	rec := tracetest.NewSpanRecorder()

@@ -49,6 +49,7 @@ func placed(t *testing.T, s *store.Store) map[string]int {
 // Placement spreads creates over the Ready nodes, fewest first; a node id
 // held by a live node is refused, its own previous instance is taken over.
 func TestPlacementSpreadsAndRegistryIsUnique(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	for _, n := range []string{"n1", "n2", "n3"} {
@@ -98,6 +99,7 @@ func TestPlacementSpreadsAndRegistryIsUnique(t *testing.T) {
 // give exactly 15 sandboxes and 5 refusals that say why for each node.
 // Cordon, --node, --node-selector and a lost lease are obeyed.
 func TestPlacementCapacityCordonSelector(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	register(t, s, c, "a", 5, map[string]string{"gpu": "a100"})
@@ -199,6 +201,7 @@ func TestPlacementCapacityCordonSelector(t *testing.T) {
 // A create retried with its request id returns the record it made; another
 // request for the same name is ALREADY_EXISTS.
 func TestCreateRetriedWithItsRequestID(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	register(t, s, c, "n1", 0, nil)
@@ -226,6 +229,7 @@ func TestCreateRetriedWithItsRequestID(t *testing.T) {
 // with its old labels places nothing there. The creates retry from etcd
 // and are refused with etcd's reasons.
 func TestPlacementFromAStaleRegistryCopy(t *testing.T) {
+	t.Parallel()
 	raw, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	writer := store.New(raw, store.Options{})
@@ -294,6 +298,7 @@ func TestPlacementFromAStaleRegistryCopy(t *testing.T) {
 // itself in the same step (the copy lags a burst of creates: with its
 // counts alone they all chose the same node).
 func TestConcurrentCreatesSpreadFromTheCache(t *testing.T) {
+	t.Parallel()
 	raw, srv := testenv.Etcd(t)
 	ctx := ctxT(t)
 	writer := store.New(raw, store.Options{})
@@ -354,6 +359,7 @@ func TestConcurrentCreatesSpreadFromTheCache(t *testing.T) {
 // node a sandbox asks too much of: the create is refused, naming the field
 // and the flag, only when no node fits, and then nothing is written.
 func TestPlacementHonoursNodeMaximums(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	reg := func(name string, cpu, mem int64) clientv3.LeaseID {
@@ -418,6 +424,7 @@ func TestPlacementHonoursNodeMaximums(t *testing.T) {
 // node whose engine a sandbox asks more of, and Candidates (the API's
 // advice before a create) names the nodes the create could go to.
 func TestPlacementHonoursEngineCapacity(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	for _, n := range []*shoalv1.Node{
@@ -485,6 +492,7 @@ func TestPlacementHonoursEngineCapacity(t *testing.T) {
 // forgotten anyone may have the id. A live node's id is refused to another
 // installation, Replace or not.
 func TestRegistrationBelongsToItsInstallation(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	reg := func(instance string, replace bool) (clientv3.LeaseID, error) {
@@ -575,6 +583,7 @@ func TestRegistrationBelongsToItsInstallation(t *testing.T) {
 // an error naming the record, and ForgetNode deletes it at once; a corrupt
 // info record is forgotten as a NotReady node is.
 func TestCorruptNodeRecords(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	register(t, s, c, "good", 0, nil)

@@ -51,6 +51,7 @@ func mustKind(t *testing.T, err error, k shoal.Kind) {
 }
 
 func TestResourceVersionIsModRevision(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	sb, err := s.CreateSandbox(ctx, sandbox("a"))
@@ -72,6 +73,7 @@ func TestResourceVersionIsModRevision(t *testing.T) {
 }
 
 func TestNoopUpdateWritesNothing(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := ctxT(t)
 	sb, err := s.CreateSandbox(ctx, sandbox("a"))
@@ -91,6 +93,7 @@ func TestNoopUpdateWritesNothing(t *testing.T) {
 }
 
 func TestUpdatePreconditions(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := ctxT(t)
 	sb, _ := s.CreateSandbox(ctx, sandbox("a"))
@@ -114,6 +117,7 @@ func TestUpdatePreconditions(t *testing.T) {
 
 // Concurrent read-modify-writes through the loop lose no update.
 func TestUpdateLoopLosesNothing(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := ctxT(t)
 	if _, err := s.CreateSandbox(ctx, sandbox("a")); err != nil {
@@ -159,6 +163,7 @@ func setKey(m map[string]string, k string) map[string]string {
 // A byte-identical rewrite of the key by another client bumps ModRevision
 // only; marking for deletion still succeeds.
 func TestDeleteSurvivesIdenticalRewrite(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	if _, err := s.CreateSandbox(ctx, sandbox("a")); err != nil {
@@ -209,6 +214,7 @@ func TestDeleteSurvivesIdenticalRewrite(t *testing.T) {
 }
 
 func TestProviderDeleteRefusedWhileAttached(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := ctxT(t)
 	if _, err := s.CreateProvider(ctx, provider("p")); err != nil {
@@ -251,6 +257,7 @@ func TestProviderDeleteRefusedWhileAttached(t *testing.T) {
 }
 
 func TestAttachDetach(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	s.CreateProvider(ctx, provider("p"))
@@ -279,6 +286,7 @@ func TestAttachDetach(t *testing.T) {
 
 // Stale delete by uid never touches a same-name replacement.
 func TestStaleUIDDeleteSparesReplacement(t *testing.T) {
+	t.Parallel()
 	s, _ := newStore(t)
 	ctx := ctxT(t)
 	old, _ := s.CreateSandbox(ctx, sandbox("a"))
@@ -305,6 +313,7 @@ func TestStaleUIDDeleteSparesReplacement(t *testing.T) {
 }
 
 func TestFencedWriteRefused(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	sb, _ := s.CreateSandbox(ctx, sandbox("a"))
@@ -327,51 +336,74 @@ func TestFencedWriteRefused(t *testing.T) {
 
 // Provider delete races sandbox create and attach: exactly one wins, never
 // an attachment to a missing provider, never a provider deleted while a
-// live sandbox references it.
+// live sandbox references it. Each round has names of its own, so the 500
+// rounds run in 4 lanes at once (more interleavings, a quarter the wait).
 func TestProviderDeleteRacesCreateAndAttach(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	rounds := 500
 	if testing.Short() {
 		rounds = 50
 	}
-	for r := range rounds {
-		pn := fmt.Sprintf("p%d", r)
-		if _, err := s.CreateProvider(ctx, provider(pn)); err != nil {
-			t.Fatal(err)
-		}
-		// "host" exists before the round so attach has a live sandbox.
-		host := fmt.Sprintf("host%d", r)
-		if _, err := s.CreateSandbox(ctx, sandbox(host)); err != nil {
-			t.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		var createErr, attachErr, delErr error
-		var deleted bool
-		wg.Add(3)
-		go func() { defer wg.Done(); _, createErr = s.CreateSandbox(ctx, sandbox(fmt.Sprintf("new%d", r), pn)) }()
-		go func() { defer wg.Done(); _, attachErr = s.AttachProvider(ctx, "default", host, pn) }()
-		go func() {
-			defer wg.Done()
-			deleted, _, delErr = s.DeleteProvider(ctx, "default", pn, store.Preconditions{})
-		}()
-		wg.Wait()
-		for _, err := range []error{createErr, attachErr, delErr} {
-			if err != nil && shoal.KindOf(err) != shoal.KindFailedPrecondition {
-				t.Fatalf("round %d: unexpected error %v", r, err)
+	const lanes = 4
+	var wg sync.WaitGroup
+	failed := make(chan error, lanes)
+	for lane := range lanes {
+		wg.Go(func() {
+			for r := lane; r < rounds; r += lanes {
+				if err := providerRaceRound(ctx, s, r); err != nil {
+					failed <- fmt.Errorf("round %d: %w", r, err)
+					return
+				}
 			}
-		}
-		if delErr == nil && !deleted {
-			t.Fatalf("round %d: provider terminating with no DELETING holder", r)
-		}
-		if delErr == nil && (createErr == nil || attachErr == nil) {
-			t.Fatalf("round %d: provider deleted and an attach won too (create=%v attach=%v)", r, createErr, attachErr)
-		}
-		if delErr != nil && createErr != nil && attachErr != nil {
-			t.Fatalf("round %d: nobody won: %v / %v / %v", r, createErr, attachErr, delErr)
-		}
+		})
+	}
+	wg.Wait()
+	close(failed)
+	for err := range failed {
+		t.Error(err)
+	}
+	if t.Failed() {
+		return
 	}
 	checkAttachInvariant(t, ctx, s, c)
+}
+
+// providerRaceRound is one round: provider pN and sandbox hostN exist;
+// creating newN with pN, attaching pN to hostN and deleting pN race.
+func providerRaceRound(ctx context.Context, s *store.Store, r int) error {
+	pn := fmt.Sprintf("p%d", r)
+	if _, err := s.CreateProvider(ctx, provider(pn)); err != nil {
+		return err
+	}
+	// "host" exists before the round so attach has a live sandbox.
+	host := fmt.Sprintf("host%d", r)
+	if _, err := s.CreateSandbox(ctx, sandbox(host)); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	var createErr, attachErr, delErr error
+	var deleted bool
+	wg.Go(func() { _, createErr = s.CreateSandbox(ctx, sandbox(fmt.Sprintf("new%d", r), pn)) })
+	wg.Go(func() { _, attachErr = s.AttachProvider(ctx, "default", host, pn) })
+	wg.Go(func() { deleted, _, delErr = s.DeleteProvider(ctx, "default", pn, store.Preconditions{}) })
+	wg.Wait()
+	for _, err := range []error{createErr, attachErr, delErr} {
+		if err != nil && shoal.KindOf(err) != shoal.KindFailedPrecondition {
+			return fmt.Errorf("unexpected error %w", err)
+		}
+	}
+	if delErr == nil && !deleted {
+		return errors.New("provider terminating with no DELETING holder")
+	}
+	if delErr == nil && (createErr == nil || attachErr == nil) {
+		return fmt.Errorf("provider deleted and an attach won too (create=%v attach=%v)", createErr, attachErr)
+	}
+	if delErr != nil && createErr != nil && attachErr != nil {
+		return fmt.Errorf("nobody won: %v / %v / %v", createErr, attachErr, delErr)
+	}
+	return nil
 }
 
 // checkAttachInvariant: every live sandbox's providers exist and hold its

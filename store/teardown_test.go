@@ -34,6 +34,7 @@ func pending(t *testing.T, err error, node string, lost bool) *store.OwnerPendin
 // record for this uid, or the owner lost for longer than the fence margin,
 // or an owner the cluster never knew. A node that is back voids a loss.
 func TestRemovalNeedsTheOwnersProof(t *testing.T) {
+	t.Parallel()
 	s0, c := newStore(t)
 	clk := &clock{t: time.Now()}
 	s := store.New(c, store.Options{Now: clk.now})
@@ -132,6 +133,7 @@ func TestRemovalNeedsTheOwnersProof(t *testing.T) {
 // once the node is back, nothing is marked any more; removing a Ready node
 // is refused, and a NotReady one is forgotten once no sandbox names it.
 func TestNodeLossAndRemoval(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx := ctxT(t)
 	l := register(t, s, c, "n1", 0, nil)

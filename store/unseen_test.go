@@ -16,6 +16,7 @@ import (
 // writes) and overflows, and checks after every step that the per-node
 // unseen counts placement reads equal a walk of the memo against the copy.
 func TestUnseenCountsFollowWritesAndWatch(t *testing.T) {
+	t.Parallel()
 	k := newKindCache(nil, sandboxCodec, "/s/", 1<<20)
 	k.node = NodeOf
 	keys := []string{"/s/a", "/s/b", "/s/c", "/s/d", "/s/e"}

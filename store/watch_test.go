@@ -17,6 +17,7 @@ import (
 // A watch resumed from a resource_version delivers exactly the changes
 // after it, deletions included; a compacted one is Gone.
 func TestWatchResumesFromResourceVersion(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -131,6 +132,7 @@ func TestSlowWatcherIsCutOff(t *testing.T) {
 // Continuing a list whose snapshot was compacted away is OUT_OF_RANGE
 // (start again), not UNAVAILABLE (retry).
 func TestCompactedContinuationIsGone(t *testing.T) {
+	t.Parallel()
 	s, c := newStore(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -164,6 +166,7 @@ func TestCompactedContinuationIsGone(t *testing.T) {
 // ever, from etcd and from the watch cache alike; one from a revision that
 // is reached during the wait goes on as usual.
 func TestWatchFromAFutureRevisionIsGone(t *testing.T) {
+	t.Parallel()
 	plain, c := newStore(t)
 	cached, _, _ := cachedNode(t, c.Endpoints()[0])
 	ctx := ctxT(t)
@@ -228,6 +231,7 @@ func TestWatchFromAFutureRevisionIsGone(t *testing.T) {
 // returns only once the watch's goroutine has: its channel is closed then,
 // and the watch's context ended.
 func TestWatchStop(t *testing.T) {
+	t.Parallel()
 	for _, cached := range []bool{false, true} {
 		t.Run(fmt.Sprintf("cache=%v", cached), func(t *testing.T) {
 			s, _ := newStore(t)
