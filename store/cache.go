@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"maps"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/internal/chaosbreak"
+	"shoal/placement"
 )
 
 // The watch cache. A node keeps a copy of every sandbox and provider in
@@ -276,20 +275,17 @@ type kindCache[T object] struct {
 	// recent: this node's own latest writes not yet seen on the watch,
 	// a better start for the update loop than a lagging copy.
 	recent map[string]ownWrite
-	// unseen counts per node the created records in recent that the copy
-	// does not hold yet (unseenAt: which keys, on which node), kept as
-	// recent and the copy change so that placement need not walk recent.
-	unseen   map[string]int
+	// unseenAt: the created records in recent that the copy does not
+	// hold yet, and their nodes; tally counts them per node as recent
+	// and the copy change, so that placement need not walk recent.
 	unseenAt map[string]string
-	// node, if set, names the node a record belongs to; perNode counts
-	// the records by it (placement reads it instead of every slot key).
-	node    func(T) string
-	perNode map[string]int
-	// pending are this node's creates per node from their placement to
-	// their Txn's answer (after it, recent holds a created record until
-	// the watch brings it). Creates placed at once would otherwise all
-	// read the same lagging counts and choose the same node.
-	pending map[string]int
+	// node, if set, names the node a record belongs to; tally then counts
+	// the records per node for placement (the copy's, this node's own
+	// creates the copy has not seen yet, and its creates in flight), so
+	// placement reads no slot key per sandbox. Calls to tally are made
+	// under mu.
+	node  func(T) string
+	tally placement.Tally
 }
 
 // logged is one event of the log as it is kept: the record's bytes, not
@@ -345,36 +341,20 @@ func newKindCache[T object](c *Cache, cd codec[T], prefix string, max int) *kind
 	return &kindCache[T]{c: c, codec: cd, prefix: prefix, max: max, listed: make(chan struct{}), established: make(chan struct{}), progress: make(chan struct{}, 1),
 		tree: btree.NewG(32, entryLess[T]), changed: make(chan struct{}),
 		watchers: map[*cacheWatcher[T]]struct{}{}, snaps: map[int64]snapshotOf[T]{}, recent: map[string]ownWrite{},
-		perNode: map[string]int{}, pending: map[string]int{}, unseen: map[string]int{}, unseenAt: map[string]string{}}
+		unseenAt: map[string]string{}}
 }
 
-// pickFewest chooses among nodes the one with the fewest sandboxes (ties
-// at random), counting the copy's records, this node's creates the copy
-// has not seen yet and its creates in flight, and counts the choice as in
-// flight until release is called (once; more calls do nothing). The
-// choice and its count are one step, so concurrent creates see each other.
-func (k *kindCache[T]) pickFewest(nodes []*shoalv1.Node) (chosen *shoalv1.Node, release func()) {
+// pick chooses among nodes by the tally (placement.Tally.Pick: fewest
+// sandboxes, counting the copy's records, this node's creates the copy has
+// not seen yet and its creates in flight), and counts the choice as in
+// flight until release is called (once; more calls do nothing). The choice
+// and its count are one step under mu, so concurrent creates see each
+// other.
+func (k *kindCache[T]) pick(nodes []*shoalv1.Node) (chosen *shoalv1.Node, release func()) {
 	k.mu.Lock()
-	best := -1
-	for _, i := range rand.Perm(len(nodes)) {
-		name := nodes[i].Name
-		if n := k.perNode[name] + k.unseen[name] + k.pending[name]; best < 0 || n < best {
-			best, chosen = n, nodes[i]
-		}
-	}
-	name := chosen.Name
-	k.pending[name]++
+	chosen = k.tally.Pick(nodes)
 	k.mu.Unlock()
-	var once sync.Once
-	return chosen, func() {
-		once.Do(func() {
-			k.mu.Lock()
-			defer k.mu.Unlock()
-			if k.pending[name]--; k.pending[name] <= 0 {
-				delete(k.pending, name)
-			}
-		})
-	}
+	return chosen, k.tally.Releaser(chosen.Name, &k.mu)
 }
 
 // count adds d to the per-node count of e's node (k.mu held).
@@ -382,10 +362,7 @@ func (k *kindCache[T]) count(e entry[T], d int) {
 	if k.node == nil || e.err != nil {
 		return
 	}
-	n := k.node(e.obj)
-	if k.perNode[n] += d; k.perNode[n] <= 0 {
-		delete(k.perNode, n)
-	}
+	k.tally.Count(k.node(e.obj), d)
 }
 
 // nodeCounts are the records per node, and whether the copy is listed.
@@ -395,7 +372,7 @@ func (k *kindCache[T]) nodeCounts() (map[string]int, bool) {
 	}
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	return maps.Clone(k.perNode), true
+	return k.tally.Counts(), true
 }
 
 func (k *kindCache[T]) counts() (objects, watchers int) {
@@ -524,7 +501,7 @@ func (k *kindCache[T]) relist(ctx context.Context) error {
 		k.diffLocked(k.tree, tree, rev)
 	}
 	k.tree, k.rev, k.evStart, k.events = tree, rev, rev, nil
-	clear(k.perNode)
+	k.tally.ResetCounts()
 	tree.Ascend(func(e entry[T]) bool { k.count(e, 1); return true })
 	clear(k.snaps)
 	k.clearRecentLocked()
@@ -925,7 +902,7 @@ func (k *kindCache[T]) wrote(key string, obj T, raw []byte, rev int64) {
 // clearRecentLocked empties the own-writes memo and its unseen counts.
 func (k *kindCache[T]) clearRecentLocked() {
 	clear(k.recent)
-	clear(k.unseen)
+	k.tally.ResetUnseen()
 	clear(k.unseenAt)
 }
 
@@ -950,13 +927,11 @@ func (k *kindCache[T]) markUnseenLocked(key string) {
 		return
 	}
 	if counted {
-		if k.unseen[was]--; k.unseen[was] <= 0 {
-			delete(k.unseen, was)
-		}
+		k.tally.CountUnseen(was, -1)
 		delete(k.unseenAt, key)
 	}
 	if want {
-		k.unseen[now]++
+		k.tally.CountUnseen(now, 1)
 		k.unseenAt[key] = now
 	}
 }

@@ -95,7 +95,7 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 			var err error
 			// The first choice from the copy (placeFromCopy): the counts
 			// include this node's creates in flight and those the copy
-			// has not seen yet (pickFewest), so a burst of concurrent
+			// has not seen yet (placement.Tally), so a burst of concurrent
 			// creates spreads (it did not before that: the hollow smoke
 			// test saw 98/84/14/2/2 over five nodes).
 			if bind.cmps, bind.ops, err = s.place(ctx, p, next, placeFromCopy && attempts == 1, &hold); err != nil {
