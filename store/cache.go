@@ -231,10 +231,10 @@ func (c *Cache) currentRevision(ctx context.Context) (int64, error) {
 // when read from etcd.
 type entry[T object] struct {
 	key string
-	obj T // immutable once cached: readers get clones
-	raw []byte
+	raw []byte // decoded again on a read (cacheindex.go)
 	rev int64
 	err error
+	ix  index // unset if err is
 }
 
 func entryLess[T object](a, b entry[T]) bool { return a.key < b.key }
@@ -362,7 +362,7 @@ func (k *kindCache[T]) count(e entry[T], d int) {
 	if k.node == nil || e.err != nil {
 		return
 	}
-	k.tally.Count(k.node(e.obj), d)
+	k.tally.Count(e.ix.owner(), d)
 }
 
 // nodeCounts are the records per node, and whether the copy is listed.
@@ -482,8 +482,8 @@ func (k *kindCache[T]) relist(ctx context.Context) error {
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			e := entry[T]{key: string(kv.Key), raw: kv.Value, rev: kv.ModRevision}
-			if e.obj, e.err = k.codec.decode(kv); e.err != nil {
+			e, _ := newEntry(k.codec, kv)
+			if e.err != nil {
 				k.c.s.report(e.key, kv.ModRevision, e.err)
 			}
 			tree.ReplaceOrInsert(e)
@@ -518,7 +518,7 @@ func (k *kindCache[T]) diffLocked(old, cur *btree.BTreeG[entry[T]], rev int64) {
 	gone := func(o entry[T]) {
 		var obj T
 		if o.err == nil {
-			obj = clone(o.obj)
+			obj = o.object(k.codec, rev)
 		} else {
 			obj = k.codec.stub(o.key, rev) // a corrupt record's name is free again
 		}
@@ -537,15 +537,15 @@ func (k *kindCache[T]) diffLocked(old, cur *btree.BTreeG[entry[T]], rev int64) {
 		}
 		o, ok := old.Get(n)
 		switch {
-		case ok && o.err == nil && o.obj.GetMeta().GetUid() != n.obj.GetMeta().GetUid():
+		case ok && o.err == nil && o.ix.uid != n.ix.uid:
 			// Deleted and made again while the watch was away: the old
 			// one's watchers must hear that it is gone.
 			gone(o)
-			evs = append(evs, Event[T]{Type: shoalv1.EventType_ADDED, Object: n.obj, Revision: rev, key: n.key})
+			evs = append(evs, Event[T]{Type: shoalv1.EventType_ADDED, Object: n.object(k.codec, n.rev), Revision: rev, key: n.key})
 		case !ok || o.err != nil:
-			evs = append(evs, Event[T]{Type: shoalv1.EventType_ADDED, Object: n.obj, Revision: rev, key: n.key})
+			evs = append(evs, Event[T]{Type: shoalv1.EventType_ADDED, Object: n.object(k.codec, n.rev), Revision: rev, key: n.key})
 		case o.rev != n.rev:
-			evs = append(evs, Event[T]{Type: shoalv1.EventType_MODIFIED, Object: n.obj, Revision: rev, key: n.key})
+			evs = append(evs, Event[T]{Type: shoalv1.EventType_MODIFIED, Object: n.object(k.codec, n.rev), Revision: rev, key: n.key})
 		}
 		return true
 	})
@@ -633,7 +633,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 			}
 			e.Type = shoalv1.EventType_DELETED
 			if old.err == nil {
-				e.Object, raw = clone(old.obj), old.raw
+				e.Object, raw = old.object(k.codec, rev), old.raw
 			} else {
 				// A corrupt record was deleted: its watchers still learn
 				// that the name is free.
@@ -641,8 +641,8 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 			}
 			e.Object.GetMeta().ResourceVersion = rev
 		} else {
-			n := entry[T]{key: key, raw: ev.Kv.Value, rev: rev}
-			if n.obj, n.err = k.codec.decode(ev.Kv); n.err != nil {
+			n, obj := newEntry(k.codec, ev.Kv)
+			if n.err != nil {
 				k.c.s.report(key, rev, n.err)
 			}
 			k.tree.ReplaceOrInsert(n)
@@ -652,7 +652,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 				k.rev = rev
 				continue // skipped by watchers, as from etcd
 			}
-			e.Type, e.Object, raw = shoalv1.EventType_MODIFIED, n.obj, n.raw
+			e.Type, e.Object, raw = shoalv1.EventType_MODIFIED, obj, n.raw
 			if !had || ev.IsCreate() {
 				e.Type = shoalv1.EventType_ADDED
 			}
@@ -758,7 +758,7 @@ func (k *kindCache[T]) liveRev(key string) (int64, bool) {
 		return 0, false
 	}
 	e, ok := k.get(key)
-	if !ok || e.err != nil || e.obj.GetMeta().GetDeletionTimestamp() != nil {
+	if !ok || e.err != nil || e.ix.deleted != nil {
 		return 0, false
 	}
 	return e.rev, true
@@ -873,7 +873,7 @@ func (k *kindCache[T]) startFor(key string) (*cached[T], bool) {
 	if e.err != nil {
 		return nil, false // corrupt: let the loop read it and say so
 	}
-	return &cached[T]{obj: e.obj, raw: e.raw, rev: e.rev}, true
+	return &cached[T]{obj: e.object(k.codec, e.rev), raw: e.raw, rev: e.rev}, true
 }
 
 // maxRecent bounds the own-writes memo; it empties as the watch catches up.
@@ -962,7 +962,7 @@ func (s *Store) SandboxCounts() (byPhaseNode map[[2]string]float64, providers in
 	c.sandboxes.mu.RLock()
 	c.sandboxes.tree.Ascend(func(e entry[*shoalv1.Sandbox]) bool {
 		if e.err == nil {
-			byPhaseNode[[2]string{e.obj.GetStatus().GetPhase().String(), NodeOf(e.obj)}]++
+			byPhaseNode[[2]string{e.ix.phase.String(), e.ix.owner()}]++
 		}
 		return true
 	})

@@ -171,7 +171,7 @@ func listCached[T object](ctx context.Context, k *kindCache[T], prefix, start st
 			page.Warnings = append(page.Warnings, e.err.Error())
 			return true
 		}
-		if keep != nil && !keep(e.obj) {
+		if keep != nil && !keep(skeleton(k.codec, &e)) {
 			return true
 		}
 		if o.Limit > 0 && int64(len(page.Items)) == o.Limit ||
@@ -179,7 +179,8 @@ func listCached[T object](ctx context.Context, k *kindCache[T], prefix, start st
 			full = true // one more match exists: the page is full
 			return false
 		}
-		page.Items = append(page.Items, e.obj)
+		// Decoded: a fresh object the reader may change.
+		page.Items = append(page.Items, e.object(k.codec, e.rev))
 		size += len(e.raw)
 		last = e.key
 		return true
@@ -192,9 +193,6 @@ func listCached[T object](ctx context.Context, k *kindCache[T], prefix, start st
 		}
 	case o.Revision != 0:
 		k.release(o.Revision) // the list's last page
-	}
-	for i, obj := range page.Items {
-		page.Items[i] = clone(obj) // readers may change what they get
 	}
 	return page, true, nil
 }

@@ -336,7 +336,7 @@ func get[T object](ctx context.Context, s *Store, c codec[T], key, name string) 
 			case e.err != nil:
 				return zero, e.err
 			}
-			return clone(e.obj), nil
+			return e.object(c, e.rev), nil
 		}
 	}
 	resp, err := s.c.Get(ctx, key)
