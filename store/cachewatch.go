@@ -93,7 +93,7 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 	w := &cacheWatcher[T]{key: key, prefix: prefix, keep: keep, wake: make(chan struct{}, 1)}
 	var initial []Event[T]
 	var current []entry[T] // decoded outside the lock
-	var replay []logged // decoded outside the lock
+	var replay []logged    // decoded outside the lock
 	k.mu.Lock()
 	switch {
 	case fromRev == 0:
