@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -331,7 +333,8 @@ func BenchmarkClientWatches(b *testing.B) {
 
 // Memory of 10,000 cached sandboxes: the live heap of this process before
 // and after a cache lists them (etcd, embedded here, holds them already,
-// so the difference is the cache's copy).
+// so the difference is the cache's copy). SHOAL_BENCH_HEAP_PROFILE=<file>
+// writes the heap profile with the cache listed.
 func BenchmarkCacheMemory(b *testing.B) {
 	const n = 10000
 	for range b.N {
@@ -342,9 +345,26 @@ func BenchmarkCacheMemory(b *testing.B) {
 		_, cache := cachedStore(b, c)
 		waitCached(b, cache, n)
 		after := liveHeap()
+		if path := os.Getenv("SHOAL_BENCH_HEAP_PROFILE"); path != "" {
+			writeHeapProfile(b, path)
+		}
 		b.ReportMetric(float64(after-before)/(1<<20), "MiB/10k-sandboxes")
 		b.ReportMetric(float64(after-before)/n, "bytes/sandbox")
 		runtime.KeepAlive(cache)
+	}
+}
+
+// writeHeapProfile writes the live heap's profile to path (go tool pprof
+// -sample_index=inuse_space): where the cache's bytes are.
+func writeHeapProfile(b *testing.B, path string) {
+	b.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Fatal(err)
 	}
 }
 

@@ -229,8 +229,16 @@ func (c *Cache) currentRevision(ctx context.Context) (int64, error) {
 // entry is one cached record. A record that does not decode is kept with
 // its error, so a Get names it (DATA_LOSS) and a list warns of it, as
 // when read from etcd.
+//
+// The B-tree holds the key and a pointer: its nodes keep spare room for
+// items, which should be small.
 type entry[T object] struct {
 	key string
+	*record
+}
+
+// record is a cached record's value; nil in an entry made to look a key up.
+type record struct {
 	raw []byte // decoded again on a read (cacheindex.go)
 	rev int64
 	err error

@@ -93,7 +93,7 @@ func skeleton[T object](c codec[T], e *entry[T]) T {
 // newEntry decodes kv into a cache entry; it returns the decoded object
 // too (nil if it does not decode), for the caller's event.
 func newEntry[T object](c codec[T], kv *mvccpb.KeyValue) (entry[T], T) {
-	e := entry[T]{key: string(kv.Key), raw: kv.Value, rev: kv.ModRevision}
+	e := entry[T]{key: string(kv.Key), record: &record{raw: kv.Value, rev: kv.ModRevision}}
 	obj, err := c.decode(kv)
 	if e.err = err; err == nil {
 		e.ix = indexOf(obj)
