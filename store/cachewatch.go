@@ -93,7 +93,8 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 	w := &cacheWatcher[T]{key: key, prefix: prefix, keep: keep, wake: make(chan struct{}, 1)}
 	var initial []Event[T]
 	var current []entry[T] // decoded outside the lock
-	var replay []logged    // decoded outside the lock
+	v := newView(k.codec)
+	var replay []logged // decoded outside the lock
 	k.mu.Lock()
 	switch {
 	case fromRev == 0:
@@ -103,7 +104,7 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 			if !w.match(e.key) {
 				return false
 			}
-			if e.err == nil && (keep == nil || keep(skeleton(k.codec, &e))) {
+			if e.err == nil && (keep == nil || keep(v.of(&e))) {
 				current = append(current, e)
 			}
 			return prefix
