@@ -19,8 +19,7 @@ import (
 	"shoal/placement"
 )
 
-// The node registry, and the bind of a placement (which node: package
-// placement).
+// The node registry and placement.
 //
 //	<prefix>/nodes/<id>           shoal.v1.Node, on the node's own lease: it is Ready while this key exists
 //	<prefix>/nodeinfo/<id>        shoal.v1.Node, no lease: the last registration, so a NotReady node is remembered
