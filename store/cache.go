@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"maps"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +16,7 @@ import (
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/internal/chaosbreak"
+	"shoal/placement"
 )
 
 // The watch cache. A node keeps a copy of every sandbox and provider in
@@ -230,12 +229,20 @@ func (c *Cache) currentRevision(ctx context.Context) (int64, error) {
 // entry is one cached record. A record that does not decode is kept with
 // its error, so a Get names it (DATA_LOSS) and a list warns of it, as
 // when read from etcd.
+//
+// The B-tree holds the key and a pointer: its nodes keep spare room for
+// items, which should be small.
 type entry[T object] struct {
 	key string
-	obj T // immutable once cached: readers get clones
-	raw []byte
+	*record
+}
+
+// record is a cached record's value; nil in an entry made to look a key up.
+type record struct {
+	raw []byte // decoded again on a read (cacheindex.go)
 	rev int64
 	err error
+	ix  index // unset if err is
 }
 
 func entryLess[T object](a, b entry[T]) bool { return a.key < b.key }
@@ -276,20 +283,17 @@ type kindCache[T object] struct {
 	// recent: this node's own latest writes not yet seen on the watch,
 	// a better start for the update loop than a lagging copy.
 	recent map[string]ownWrite
-	// unseen counts per node the created records in recent that the copy
-	// does not hold yet (unseenAt: which keys, on which node), kept as
-	// recent and the copy change so that placement need not walk recent.
-	unseen   map[string]int
+	// unseenAt: the created records in recent that the copy does not
+	// hold yet, and their nodes; tally counts them per node as recent
+	// and the copy change, so that placement need not walk recent.
 	unseenAt map[string]string
-	// node, if set, names the node a record belongs to; perNode counts
-	// the records by it (placement reads it instead of every slot key).
-	node    func(T) string
-	perNode map[string]int
-	// pending are this node's creates per node from their placement to
-	// their Txn's answer (after it, recent holds a created record until
-	// the watch brings it). Creates placed at once would otherwise all
-	// read the same lagging counts and choose the same node.
-	pending map[string]int
+	// node, if set, names the node a record belongs to; tally then counts
+	// the records per node for placement (the copy's, this node's own
+	// creates the copy has not seen yet, and its creates in flight), so
+	// placement reads no slot key per sandbox. Calls to tally are made
+	// under mu.
+	node  func(T) string
+	tally placement.Tally
 }
 
 // logged is one event of the log as it is kept: the record's bytes, not
@@ -345,36 +349,20 @@ func newKindCache[T object](c *Cache, cd codec[T], prefix string, max int) *kind
 	return &kindCache[T]{c: c, codec: cd, prefix: prefix, max: max, listed: make(chan struct{}), established: make(chan struct{}), progress: make(chan struct{}, 1),
 		tree: btree.NewG(32, entryLess[T]), changed: make(chan struct{}),
 		watchers: map[*cacheWatcher[T]]struct{}{}, snaps: map[int64]snapshotOf[T]{}, recent: map[string]ownWrite{},
-		perNode: map[string]int{}, pending: map[string]int{}, unseen: map[string]int{}, unseenAt: map[string]string{}}
+		unseenAt: map[string]string{}}
 }
 
-// pickFewest chooses among nodes the one with the fewest sandboxes (ties
-// at random), counting the copy's records, this node's creates the copy
-// has not seen yet and its creates in flight, and counts the choice as in
-// flight until release is called (once; more calls do nothing). The
-// choice and its count are one step, so concurrent creates see each other.
-func (k *kindCache[T]) pickFewest(nodes []*shoalv1.Node) (chosen *shoalv1.Node, release func()) {
+// pick chooses among nodes by the tally (placement.Tally.Pick: fewest
+// sandboxes, counting the copy's records, this node's creates the copy has
+// not seen yet and its creates in flight), and counts the choice as in
+// flight until release is called (once; more calls do nothing). The choice
+// and its count are one step under mu, so concurrent creates see each
+// other.
+func (k *kindCache[T]) pick(nodes []*shoalv1.Node) (chosen *shoalv1.Node, release func()) {
 	k.mu.Lock()
-	best := -1
-	for _, i := range rand.Perm(len(nodes)) {
-		name := nodes[i].Name
-		if n := k.perNode[name] + k.unseen[name] + k.pending[name]; best < 0 || n < best {
-			best, chosen = n, nodes[i]
-		}
-	}
-	name := chosen.Name
-	k.pending[name]++
+	chosen = k.tally.Pick(nodes)
 	k.mu.Unlock()
-	var once sync.Once
-	return chosen, func() {
-		once.Do(func() {
-			k.mu.Lock()
-			defer k.mu.Unlock()
-			if k.pending[name]--; k.pending[name] <= 0 {
-				delete(k.pending, name)
-			}
-		})
-	}
+	return chosen, k.tally.Releaser(chosen.Name, &k.mu)
 }
 
 // count adds d to the per-node count of e's node (k.mu held).
@@ -382,10 +370,7 @@ func (k *kindCache[T]) count(e entry[T], d int) {
 	if k.node == nil || e.err != nil {
 		return
 	}
-	n := k.node(e.obj)
-	if k.perNode[n] += d; k.perNode[n] <= 0 {
-		delete(k.perNode, n)
-	}
+	k.tally.Count(e.ix.owner(), d)
 }
 
 // nodeCounts are the records per node, and whether the copy is listed.
@@ -395,7 +380,7 @@ func (k *kindCache[T]) nodeCounts() (map[string]int, bool) {
 	}
 	k.mu.RLock()
 	defer k.mu.RUnlock()
-	return maps.Clone(k.perNode), true
+	return k.tally.Counts(), true
 }
 
 func (k *kindCache[T]) counts() (objects, watchers int) {
@@ -505,8 +490,8 @@ func (k *kindCache[T]) relist(ctx context.Context) error {
 			rev = resp.Header.Revision
 		}
 		for _, kv := range resp.Kvs {
-			e := entry[T]{key: string(kv.Key), raw: kv.Value, rev: kv.ModRevision}
-			if e.obj, e.err = k.codec.decode(kv); e.err != nil {
+			e, _ := newEntry(k.codec, kv)
+			if e.err != nil {
 				k.c.s.report(e.key, kv.ModRevision, e.err)
 			}
 			tree.ReplaceOrInsert(e)
@@ -524,7 +509,7 @@ func (k *kindCache[T]) relist(ctx context.Context) error {
 		k.diffLocked(k.tree, tree, rev)
 	}
 	k.tree, k.rev, k.evStart, k.events = tree, rev, rev, nil
-	clear(k.perNode)
+	k.tally.ResetCounts()
 	tree.Ascend(func(e entry[T]) bool { k.count(e, 1); return true })
 	clear(k.snaps)
 	k.clearRecentLocked()
@@ -541,7 +526,7 @@ func (k *kindCache[T]) diffLocked(old, cur *btree.BTreeG[entry[T]], rev int64) {
 	gone := func(o entry[T]) {
 		var obj T
 		if o.err == nil {
-			obj = clone(o.obj)
+			obj = o.object(k.codec, rev)
 		} else {
 			obj = k.codec.stub(o.key, rev) // a corrupt record's name is free again
 		}
@@ -560,15 +545,15 @@ func (k *kindCache[T]) diffLocked(old, cur *btree.BTreeG[entry[T]], rev int64) {
 		}
 		o, ok := old.Get(n)
 		switch {
-		case ok && o.err == nil && o.obj.GetMeta().GetUid() != n.obj.GetMeta().GetUid():
+		case ok && o.err == nil && o.ix.uid != n.ix.uid:
 			// Deleted and made again while the watch was away: the old
 			// one's watchers must hear that it is gone.
 			gone(o)
-			evs = append(evs, Event[T]{Type: shoalv1.EventType_ADDED, Object: n.obj, Revision: rev, key: n.key})
+			evs = append(evs, Event[T]{Type: shoalv1.EventType_ADDED, Object: n.object(k.codec, n.rev), Revision: rev, key: n.key})
 		case !ok || o.err != nil:
-			evs = append(evs, Event[T]{Type: shoalv1.EventType_ADDED, Object: n.obj, Revision: rev, key: n.key})
+			evs = append(evs, Event[T]{Type: shoalv1.EventType_ADDED, Object: n.object(k.codec, n.rev), Revision: rev, key: n.key})
 		case o.rev != n.rev:
-			evs = append(evs, Event[T]{Type: shoalv1.EventType_MODIFIED, Object: n.obj, Revision: rev, key: n.key})
+			evs = append(evs, Event[T]{Type: shoalv1.EventType_MODIFIED, Object: n.object(k.codec, n.rev), Revision: rev, key: n.key})
 		}
 		return true
 	})
@@ -656,7 +641,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 			}
 			e.Type = shoalv1.EventType_DELETED
 			if old.err == nil {
-				e.Object, raw = clone(old.obj), old.raw
+				e.Object, raw = old.object(k.codec, rev), old.raw
 			} else {
 				// A corrupt record was deleted: its watchers still learn
 				// that the name is free.
@@ -664,8 +649,8 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 			}
 			e.Object.GetMeta().ResourceVersion = rev
 		} else {
-			n := entry[T]{key: key, raw: ev.Kv.Value, rev: rev}
-			if n.obj, n.err = k.codec.decode(ev.Kv); n.err != nil {
+			n, obj := newEntry(k.codec, ev.Kv)
+			if n.err != nil {
 				k.c.s.report(key, rev, n.err)
 			}
 			k.tree.ReplaceOrInsert(n)
@@ -675,7 +660,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 				k.rev = rev
 				continue // skipped by watchers, as from etcd
 			}
-			e.Type, e.Object, raw = shoalv1.EventType_MODIFIED, n.obj, n.raw
+			e.Type, e.Object, raw = shoalv1.EventType_MODIFIED, obj, n.raw
 			if !had || ev.IsCreate() {
 				e.Type = shoalv1.EventType_ADDED
 			}
@@ -781,7 +766,7 @@ func (k *kindCache[T]) liveRev(key string) (int64, bool) {
 		return 0, false
 	}
 	e, ok := k.get(key)
-	if !ok || e.err != nil || e.obj.GetMeta().GetDeletionTimestamp() != nil {
+	if !ok || e.err != nil || e.ix.deleted != nil {
 		return 0, false
 	}
 	return e.rev, true
@@ -896,7 +881,7 @@ func (k *kindCache[T]) startFor(key string) (*cached[T], bool) {
 	if e.err != nil {
 		return nil, false // corrupt: let the loop read it and say so
 	}
-	return &cached[T]{obj: e.obj, raw: e.raw, rev: e.rev}, true
+	return &cached[T]{obj: e.object(k.codec, e.rev), raw: e.raw, rev: e.rev}, true
 }
 
 // maxRecent bounds the own-writes memo; it empties as the watch catches up.
@@ -925,7 +910,7 @@ func (k *kindCache[T]) wrote(key string, obj T, raw []byte, rev int64) {
 // clearRecentLocked empties the own-writes memo and its unseen counts.
 func (k *kindCache[T]) clearRecentLocked() {
 	clear(k.recent)
-	clear(k.unseen)
+	k.tally.ResetUnseen()
 	clear(k.unseenAt)
 }
 
@@ -950,13 +935,11 @@ func (k *kindCache[T]) markUnseenLocked(key string) {
 		return
 	}
 	if counted {
-		if k.unseen[was]--; k.unseen[was] <= 0 {
-			delete(k.unseen, was)
-		}
+		k.tally.CountUnseen(was, -1)
 		delete(k.unseenAt, key)
 	}
 	if want {
-		k.unseen[now]++
+		k.tally.CountUnseen(now, 1)
 		k.unseenAt[key] = now
 	}
 }
@@ -987,7 +970,7 @@ func (s *Store) SandboxCounts() (byPhaseNode map[[2]string]float64, providers in
 	c.sandboxes.mu.RLock()
 	c.sandboxes.tree.Ascend(func(e entry[*shoalv1.Sandbox]) bool {
 		if e.err == nil {
-			byPhaseNode[[2]string{e.obj.GetStatus().GetPhase().String(), NodeOf(e.obj)}]++
+			byPhaseNode[[2]string{e.ix.phase.String(), e.ix.owner()}]++
 		}
 		return true
 	})

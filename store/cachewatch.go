@@ -92,6 +92,8 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 	}
 	w := &cacheWatcher[T]{key: key, prefix: prefix, keep: keep, wake: make(chan struct{}, 1)}
 	var initial []Event[T]
+	var current []entry[T] // decoded outside the lock
+	v := newView(k.codec)
 	var replay []logged // decoded outside the lock
 	k.mu.Lock()
 	switch {
@@ -102,8 +104,8 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 			if !w.match(e.key) {
 				return false
 			}
-			if e.err == nil && (keep == nil || keep(e.obj)) {
-				initial = append(initial, Event[T]{Type: shoalv1.EventType_ADDED, Object: e.obj, Revision: e.rev, key: e.key})
+			if e.err == nil && (keep == nil || keep(v.of(&e))) {
+				current = append(current, e)
 			}
 			return prefix
 		})
@@ -125,6 +127,9 @@ func (k *kindCache[T]) serveWatch(ctx context.Context, key string, prefix bool, 
 	}
 	k.watchers[w] = struct{}{}
 	k.mu.Unlock()
+	for _, e := range current {
+		initial = append(initial, Event[T]{Type: shoalv1.EventType_ADDED, Object: e.object(k.codec, e.rev), Revision: e.rev, key: e.key})
+	}
 
 	go func() {
 		defer close(out)

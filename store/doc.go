@@ -78,6 +78,15 @@
 // update loop starts from the copy (or from this node's own newer write),
 // and only a Txn acts on that state: a refusal or a no-op is decided again
 // from a read. Client watches are served from the copy's event log, so any
-// number of them cost no etcd watch of their own. Placement counts a
-// node's sandboxes from the copy instead of reading every slot key.
+// number of them cost no etcd watch of their own. The copy feeds a
+// placement.Tally, so placement counts a node's sandboxes from it instead
+// of reading every slot key.
+//
+// # Placement
+//
+// Which node a new sandbox goes to is package placement's policy, a pure
+// function of the registry and the counts as read here; this package
+// reads them and binds the choice in the create's Txn (nodes.go: place),
+// comparing the node's registry key at the revision read, no cordon, and
+// a free slot.
 package store

@@ -29,7 +29,7 @@ func (s *Store) InjectStaleForTest(sb *shoalv1.Sandbox, rev int64) error {
 	k := s.cache.sandboxes
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.tree.ReplaceOrInsert(entry[*shoalv1.Sandbox]{key: key, obj: obj, raw: raw, rev: rev})
+	k.tree.ReplaceOrInsert(entry[*shoalv1.Sandbox]{key: key, record: &record{raw: raw, rev: rev, ix: indexOf(obj)}})
 	delete(k.recent, key)
 	k.markUnseenLocked(key)
 	return nil

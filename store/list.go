@@ -41,8 +41,11 @@ type Page[T any] struct {
 }
 
 // ListSandboxes lists sandboxes of a workspace ("" for all) that match keep
-// (nil keeps all). keep must not change what it is given: from the watch
-// cache it is the cached record itself.
+// (nil keeps all). keep must not change or keep what it is given, and may
+// read only meta (name, workspace, uid, labels, deletion timestamp),
+// spec.node, status.node and status.phase: from the watch cache it is a
+// view of the cached record's index, not the decoded record
+// (cacheindex.go).
 func (s *Store) ListSandboxes(ctx context.Context, ws string, o ListOptions, keep func(*shoalv1.Sandbox) bool) (Page[*shoalv1.Sandbox], error) {
 	prefix := s.k.allSandboxes()
 	if ws != "" {
@@ -51,7 +54,8 @@ func (s *Store) ListSandboxes(ctx context.Context, ws string, o ListOptions, kee
 	return list(ctx, s, sandboxCodec, prefix, o, keep)
 }
 
-// ListProviders lists providers of a workspace ("" for all).
+// ListProviders lists providers of a workspace ("" for all) that match
+// keep, which reads only the meta fields ListSandboxes's keep may.
 func (s *Store) ListProviders(ctx context.Context, ws string, o ListOptions, keep func(*shoalv1.Provider) bool) (Page[*shoalv1.Provider], error) {
 	prefix := s.k.allProviders()
 	if ws != "" {
@@ -163,6 +167,7 @@ func listCached[T object](ctx context.Context, k *kindCache[T], prefix, start st
 		tree, page.Revision = k.snapshot()
 	}
 	size, full, last := 0, false, ""
+	v := newView(k.codec)
 	tree.AscendGreaterOrEqual(entry[T]{key: start}, func(e entry[T]) bool {
 		if !strings.HasPrefix(e.key, prefix) {
 			return false
@@ -171,7 +176,7 @@ func listCached[T object](ctx context.Context, k *kindCache[T], prefix, start st
 			page.Warnings = append(page.Warnings, e.err.Error())
 			return true
 		}
-		if keep != nil && !keep(e.obj) {
+		if keep != nil && !keep(v.of(&e)) {
 			return true
 		}
 		if o.Limit > 0 && int64(len(page.Items)) == o.Limit ||
@@ -179,7 +184,8 @@ func listCached[T object](ctx context.Context, k *kindCache[T], prefix, start st
 			full = true // one more match exists: the page is full
 			return false
 		}
-		page.Items = append(page.Items, e.obj)
+		// Decoded: a fresh object the reader may change.
+		page.Items = append(page.Items, e.object(k.codec, e.rev))
 		size += len(e.raw)
 		last = e.key
 		return true
@@ -192,9 +198,6 @@ func listCached[T object](ctx context.Context, k *kindCache[T], prefix, start st
 		}
 	case o.Revision != 0:
 		k.release(o.Revision) // the list's last page
-	}
-	for i, obj := range page.Items {
-		page.Items[i] = clone(obj) // readers may change what they get
 	}
 	return page, true, nil
 }

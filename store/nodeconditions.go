@@ -2,20 +2,20 @@ package store
 
 import (
 	"context"
-	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/placement"
 )
 
 // ConditionEngineUnavailable is the node condition a node publishes with
 // its registration while its container engine does not answer: "True"
 // since the engine stopped answering for longer than the node's
-// --engine-grace. Placement skips such a node.
-const ConditionEngineUnavailable = "EngineUnavailable"
+// --engine-grace. Placement skips such a node (package placement).
+const ConditionEngineUnavailable = placement.ConditionEngineUnavailable
 
 // ConditionEngineReachable is the sandbox condition an agent sets on its
 // sandboxes when its engine stops answering ("False": the container's
@@ -43,15 +43,6 @@ func SetNodeCondition(n *shoalv1.Node, typ, status, reason, msg string) {
 		return
 	}
 	n.Conditions = append(n.Conditions, &shoalv1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, LastTransitionTime: timestamppb.Now()})
-}
-
-// engineDown says why placement must skip n for its engine, or "".
-func engineDown(n *shoalv1.Node) string {
-	c := NodeCondition(n, ConditionEngineUnavailable)
-	if c == nil || c.Status != "True" {
-		return ""
-	}
-	return fmt.Sprintf("%s's container engine unavailable since %s", n.Name, c.GetLastTransitionTime().AsTime().Format("15:04:05Z07:00"))
 }
 
 // UpdateRegistration rewrites a registered node's entry (its conditions),

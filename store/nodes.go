@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/internal/chaosbreak"
+	"shoal/placement"
 )
 
 // The node registry and placement: the nodes/, nodeinfo/, cordon/ and
@@ -387,20 +385,15 @@ func nodesFrom(infos, live, cordons, placed []*mvccpb.KeyValue, prefix string) [
 	return out
 }
 
-// Placement says where a new sandbox may go.
-type Placement struct {
-	// Node, if set, is the only candidate.
-	Node string
-	// Selector: a candidate's labels must include all of these.
-	Selector map[string]string
-}
+// Placement says where a new sandbox may go (package placement's policy).
+type Placement = placement.Request
 
-// place chooses a node for a new sandbox and returns the compares and ops
-// that bind it in the create Txn: the node's registry key is the one the
-// choice was made from (so no sandbox is placed on a node whose lease is
-// gone, or that registered again with other labels or capacity), the node
-// is not cordoned, and its slot is free. Fewest sandboxes first; ties are
-// broken at random.
+// place chooses a node for a new sandbox (package placement: which nodes
+// fit, fewest sandboxes first) and returns the compares and ops that bind
+// it in the create Txn: the node's registry key is the one the choice was
+// made from (so no sandbox is placed on a node whose lease is gone, or
+// that registered again with other labels or capacity), the node is not
+// cordoned, and its slot is free.
 //
 // fromCopy chooses from the watch cache's copy of the registry, so that an
 // uncontended create is one round trip; the compares make a stale copy a
@@ -472,7 +465,7 @@ func (s *Store) placementNodes(ctx context.Context, fromCopy bool) (candidates, 
 // the choice is counted as a create in flight on that node, until *hold
 // (set here, the previous choice's released) is called.
 func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoalv1.Sandbox, hold *func()) ([]clientv3.Cmp, []clientv3.Op, error) {
-	fit, err := fitting(c.nodes, p, sb)
+	fit, err := placement.Filter(c.nodes, p, sb.GetSpec().GetResources())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -482,11 +475,9 @@ func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoa
 	}
 	var n *shoalv1.Node
 	if c.cached && s.cache != nil {
-		n, *hold = s.cache.sandboxes.pickFewest(fit)
+		n, *hold = s.cache.sandboxes.pick(fit)
 	} else {
-		rand.Shuffle(len(fit), func(i, j int) { fit[i], fit[j] = fit[j], fit[i] })
-		sort.SliceStable(fit, func(i, j int) bool { return fit[i].Status.Sandboxes < fit[j].Status.Sandboxes })
-		n = fit[0]
+		n = placement.Choose(fit, placement.Sandboxes, nil)
 	}
 	slot, err := s.freeSlot(ctx, n, sb.GetMeta().GetUid())
 	if err != nil {
@@ -512,8 +503,8 @@ func placedValue(sb *shoalv1.Sandbox) string {
 	return m.GetWorkspace() + "/" + m.GetName() + "/" + m.GetUid()
 }
 
-// freeSlot picks a free slot of a node at random (so concurrent creates
-// rarely want the same one); on a node without capacity it is the uid.
+// freeSlot reads a node's taken slots and picks a free one
+// (placement.Slot); on a node without capacity the slot is the uid.
 func (s *Store) freeSlot(ctx context.Context, n *shoalv1.Node, uid string) (string, error) {
 	if n.MaxSandboxes <= 0 {
 		return uid, nil
@@ -526,16 +517,7 @@ func (s *Store) freeSlot(ctx context.Context, n *shoalv1.Node, uid string) (stri
 	for _, kv := range resp.Kvs {
 		taken[lastSegment(string(kv.Key))] = true
 	}
-	var free []string
-	for i := range int(n.MaxSandboxes) {
-		if k := strconv.Itoa(i); !taken[k] {
-			free = append(free, k)
-		}
-	}
-	if len(free) == 0 {
-		return "", shoal.FailedPrecondition("no node fits: %s full (%d/%d)", n.Name, len(taken), n.MaxSandboxes)
-	}
-	return free[rand.IntN(len(free))], nil
+	return placement.Slot(n, taken, nil)
 }
 
 // unplace returns the ops that free a removed sandbox's slot.
@@ -558,50 +540,6 @@ func (s *Store) unplace(ctx context.Context, sb *shoalv1.Sandbox) ([]clientv3.Op
 	return ops, nil
 }
 
-// fitting are the nodes among nodes that sb may be placed on, or a
-// FAILED_PRECONDITION saying why each of them may not.
-func fitting(nodes []*shoalv1.Node, p Placement, sb *shoalv1.Sandbox) ([]*shoalv1.Node, error) {
-	var why []string
-	var fit []*shoalv1.Node
-	for _, n := range nodes {
-		if p.Node != "" && n.Name != p.Node {
-			continue
-		}
-		switch {
-		case !n.Status.Ready && n.Status.Corrupt != "":
-			why = append(why, n.Name+"'s registry record is corrupt")
-		case !n.Status.Ready:
-			why = append(why, n.Name+" not ready")
-		case n.Status.Cordoned:
-			why = append(why, n.Name+" cordoned")
-		case engineDown(n) != "":
-			why = append(why, engineDown(n))
-		case n.MaxSandboxes > 0 && n.Status.Sandboxes >= n.MaxSandboxes:
-			why = append(why, fmt.Sprintf("%s full (%d/%d)", n.Name, n.Status.Sandboxes, n.MaxSandboxes))
-		default:
-			if over := exceeds(n, sb.GetSpec().GetResources()); over != "" {
-				why = append(why, over)
-				continue
-			}
-			if missing := lacks(n.Labels, p.Selector); missing != "" {
-				why = append(why, n.Name+" lacks label "+missing)
-				continue
-			}
-			fit = append(fit, n)
-		}
-	}
-	if len(fit) == 0 {
-		switch {
-		case p.Node != "" && len(why) == 0:
-			return nil, shoal.FailedPrecondition("node %q is not known; `shoal node list` shows the nodes", p.Node)
-		case len(why) == 0:
-			return nil, shoal.FailedPrecondition("no node fits: no node has registered; start one with `shoal node start`")
-		}
-		return nil, shoal.FailedPrecondition("no node fits: %s", strings.Join(why, ", "))
-	}
-	return fit, nil
-}
-
 // Candidates names the nodes a create of sb could be placed on now: advice
 // for checks before a create, which decides from the registry in its own
 // Txn. It reads the watch cache's copy of the registry and counts; without
@@ -621,7 +559,7 @@ func (s *Store) Candidates(ctx context.Context, p Placement, sb *shoalv1.Sandbox
 		}
 		c.nodes = nodes
 	}
-	fit, err := fitting(c.nodes, p, sb)
+	fit, err := placement.Filter(c.nodes, p, sb.GetSpec().GetResources())
 	if err != nil {
 		return nil, err
 	}
@@ -630,36 +568,4 @@ func (s *Store) Candidates(ctx context.Context, p Placement, sb *shoalv1.Sandbox
 		names[i] = n.Name
 	}
 	return names, nil
-}
-
-// exceeds says which of a node's sandbox maximums, or what its engine
-// has, r is above, if any. (A sandbox that asks for nothing gets the
-// node's defaults, which are within its maximums.)
-func exceeds(n *shoalv1.Node, r *shoalv1.Resources) string {
-	switch {
-	case n.EngineCpuMillis > 0 && r.GetCpuMillis() > n.EngineCpuMillis:
-		return fmt.Sprintf("%s's engine has %d CPUs: sandbox.spec.resources.cpu_millis up to %d, not %d", n.Name, n.EngineCpuMillis/1000, n.EngineCpuMillis, r.GetCpuMillis())
-	case n.EngineMemoryBytes > 0 && r.GetMemoryBytes() > n.EngineMemoryBytes:
-		return fmt.Sprintf("%s's engine has %d bytes of memory: sandbox.spec.resources.memory_bytes up to that, not %d", n.Name, n.EngineMemoryBytes, r.GetMemoryBytes())
-	case n.MaxCpuMillis > 0 && r.GetCpuMillis() > n.MaxCpuMillis:
-		return fmt.Sprintf("%s allows sandbox.spec.resources.cpu_millis up to %d (its --sandbox-max-cpu-millis), not %d", n.Name, n.MaxCpuMillis, r.GetCpuMillis())
-	case n.MaxMemoryBytes > 0 && r.GetMemoryBytes() > n.MaxMemoryBytes:
-		return fmt.Sprintf("%s allows sandbox.spec.resources.memory_bytes up to %d (its --sandbox-max-memory-mib), not %d", n.Name, n.MaxMemoryBytes, r.GetMemoryBytes())
-	}
-	return ""
-}
-
-// lacks returns the first selector term a label set does not satisfy.
-func lacks(labels, sel map[string]string) string {
-	keys := make([]string, 0, len(sel))
-	for k := range sel {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if v, ok := labels[k]; !ok || v != sel[k] {
-			return k + "=" + sel[k]
-		}
-	}
-	return ""
 }

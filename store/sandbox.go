@@ -95,7 +95,7 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 			var err error
 			// The first choice from the copy (placeFromCopy): the counts
 			// include this node's creates in flight and those the copy
-			// has not seen yet (pickFewest), so a burst of concurrent
+			// has not seen yet (placement.Tally), so a burst of concurrent
 			// creates spreads (it did not before that: the hollow smoke
 			// test saw 98/84/14/2/2 over five nodes).
 			if bind.cmps, bind.ops, err = s.place(ctx, p, next, placeFromCopy && attempts == 1, &hold); err != nil {
@@ -336,7 +336,7 @@ func get[T object](ctx context.Context, s *Store, c codec[T], key, name string) 
 			case e.err != nil:
 				return zero, e.err
 			}
-			return clone(e.obj), nil
+			return e.object(c, e.rev), nil
 		}
 	}
 	resp, err := s.c.Get(ctx, key)

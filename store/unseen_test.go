@@ -76,10 +76,10 @@ func TestUnseenCountsFollowWritesAndWatch(t *testing.T) {
 			k.clearRecentLocked() // as an overflow or a relist does
 			k.mu.Unlock()
 		}
-		if got, want := k.unseen, walk(); !maps.Equal(got, want) {
+		if got, want := k.tally.Unseen(), walk(); !maps.Equal(got, want) {
 			t.Fatalf("step %d: unseen counts %v, a walk of the memo finds %v", step, got, want)
 		}
-		if len(k.unseen) > 0 {
+		if len(k.tally.Unseen()) > 0 {
 			nonzero++
 		}
 	}

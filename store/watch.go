@@ -128,7 +128,9 @@ func reached[T object](ctx context.Context, s *Store, k *kindCache[T], rev int64
 
 // watch streams the changes of key (a prefix if prefix) after fromRev;
 // keep, if set, drops the events whose object it refuses (it must not
-// change what it is given). A fromRev the store has not reached ends the
+// change or keep what it is given, and reads only what ListSandboxes's keep
+// may: for the initial state from the cache it gets an index's view).
+// A fromRev the store has not reached ends the
 // watch with KindGone after FutureRevisionWait (reached).
 func watch[T object](ctx context.Context, s *Store, c codec[T], key string, prefix bool, fromRev int64, keep func(T) bool) <-chan Event[T] {
 	if fromRev > 0 {
