@@ -17,6 +17,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/backoff"
 	"shoal/metrics"
 	"shoal/store"
 	"shoal/workqueue"
@@ -258,12 +259,17 @@ func (a *Agent) Start(ctx context.Context) error {
 	// A broken stream is opened again after a backoff, not at once: a
 	// watch that breaks as soon as it opens (etcd without a leader, an
 	// engine that refuses the events call) must not spin.
+	// Each stream has a context of its own under ctx, so that a broken
+	// one is stopped (its context released) without ending the other.
 	var sandboxes <-chan store.Event[*shoalv1.Sandbox]
 	var devents <-chan shoal.ContainerEvent
 	var derrs <-chan error
+	var sandboxWatch *store.Watch[store.Event[*shoalv1.Sandbox]]
+	var eventWatch *store.Watch[shoal.ContainerEvent]
 	byUID := map[string]item{} // container uid label → sandbox, for events
-	watchBO := &backoff{min: a.cfg.RestartDelay, max: a.cfg.MaxRestartDelay}
-	eventsBO := &backoff{min: a.cfg.RestartDelay, max: a.cfg.MaxRestartDelay}
+	restart := backoff.Policy{Initial: a.cfg.RestartDelay, Max: a.cfg.MaxRestartDelay}
+	watchBO := &streamBackoff{p: restart}
+	eventsBO := &streamBackoff{p: restart}
 	// A broken watch resumes after the last revision it delivered, so
 	// nothing is listed again; only the first watch, and one whose
 	// revision was compacted away, start from 0, which replays every
@@ -275,25 +281,28 @@ func (a *Agent) Start(ctx context.Context) error {
 			clear(byUID)
 		}
 		watchBO.opened(time.Now())
-		sandboxes = a.cfg.Store.WatchNodeSandboxes(ctx, a.cfg.Node, lastRev)
+		wctx, wcancel := context.WithCancel(ctx)
+		sandboxWatch = store.NewWatch(wcancel, a.cfg.Store.WatchNodeSandboxes(wctx, a.cfg.Node, lastRev))
+		sandboxes = sandboxWatch.C
 	}
 	openEvents := func() {
 		eventsBO.opened(time.Now())
-		devents, derrs = a.cfg.Runtime.Events(ctx)
+		ectx, ecancel := context.WithCancel(ctx)
+		var ch <-chan shoal.ContainerEvent
+		ch, derrs = a.cfg.Runtime.Events(ectx)
+		eventWatch = store.NewWatch(ecancel, ch)
+		devents = eventWatch.C
 	}
 	openWatch()
 	openEvents()
 	defer func() {
-		// ctx has ended: the stream goroutines close their channels as
-		// they return. Wait for the open ones (a broken one is closed).
-		cancel()
-		if sandboxes != nil {
-			for range sandboxes {
-			}
+		// Stop both streams and wait for their goroutines (a broken one
+		// was stopped when it broke).
+		if sandboxWatch != nil {
+			sandboxWatch.Stop()
 		}
-		if devents != nil {
-			for range devents {
-			}
+		if eventWatch != nil {
+			eventWatch.Stop()
 		}
 	}()
 	rewatch := newIdleTimer()
@@ -328,7 +337,8 @@ func (a *Agent) Start(ctx context.Context) error {
 				if ctx.Err() != nil {
 					return nil
 				}
-				sandboxes = nil
+				sandboxWatch.Stop()
+				sandboxWatch, sandboxes = nil, nil
 				if shoal.KindOf(ev.Err) == shoal.KindGone {
 					lastRev = 0
 				}
@@ -364,7 +374,8 @@ func (a *Agent) Start(ctx context.Context) error {
 			}
 			// Events sends at most one error, then closes both channels;
 			// a close without an error is a stream that ended as well.
-			devents, derrs = nil, nil
+			eventWatch.Stop()
+			eventWatch, devents, derrs = nil, nil, nil
 			if !ok {
 				err = errors.New("event stream ended")
 			}
@@ -386,24 +397,25 @@ func newIdleTimer() *time.Timer {
 	return t
 }
 
-// backoff is the delay before a broken stream is opened again: it doubles
-// from min up to max with each break, and starts over from min once a
-// stream has lived longer than max (it was healthy, the break is news).
-type backoff struct {
-	min, max time.Duration
-	cur      time.Duration
-	since    time.Time // when the current stream was opened
+// streamBackoff is the delay before a broken stream is opened again: its
+// Policy's delay grows with each break (doubling from Initial up to Max),
+// and starts over from Initial once a stream has lived longer than Max
+// (it was healthy, the break is news).
+type streamBackoff struct {
+	p      backoff.Policy
+	breaks int       // breaks since the last healthy stream
+	since  time.Time // when the current stream was opened
 }
 
-func (b *backoff) opened(now time.Time) { b.since = now }
+func (b *streamBackoff) opened(now time.Time) { b.since = now }
 
-func (b *backoff) next(now time.Time) time.Duration {
-	if b.cur == 0 || now.Sub(b.since) > b.max {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
+func (b *streamBackoff) next(now time.Time) time.Duration {
+	if now.Sub(b.since) > b.p.Max {
+		b.breaks = 0
 	}
-	return b.cur
+	d := b.p.Delay(b.breaks)
+	b.breaks++
+	return d
 }
 
 // resync queues every sandbox of this node and reaps orphans. Containers

@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"shoal"
+	"shoal/internal/backoff"
 )
 
 // Execs left running by an earlier run of this node.
@@ -39,21 +41,21 @@ func (a *Agent) sweepExecs(ctx context.Context) {
 	case <-a.rejoined:
 	}
 	var pending map[string]shoal.Container // nil until the containers are listed
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-retry.C:
-		}
+	// Retry ends only when every pending container is swept or ctx ends.
+	_ = backoff.Retry(ctx, sweepPolicy, func(int) error {
 		pending = a.sweepOnce(ctx, pending)
 		if pending != nil && len(pending) == 0 {
-			return
+			return nil
 		}
-		retry.Reset(sweepRetry)
-	}
+		return errSweepPending
+	})
 }
+
+// sweepPolicy retries a sweep every sweepRetry, without end.
+var sweepPolicy = backoff.Policy{Initial: sweepRetry, Max: sweepRetry}
+
+// errSweepPending is a sweep that left containers to sweep again.
+var errSweepPending = errors.New("execs of an earlier run still pending")
 
 // sweepOnce lists the containers the first time (pending nil), reaps the
 // execs of earlier runs in each pending one, and returns those still

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"shoal/internal/backoff"
 )
 
 func TestTruncateKeepsUTF8AndTheBound(t *testing.T) {
@@ -20,7 +22,7 @@ func TestTruncateKeepsUTF8AndTheBound(t *testing.T) {
 }
 
 func TestBackoffDoublesAndStartsOverAfterAHealthyStream(t *testing.T) {
-	b := &backoff{min: 100 * time.Millisecond, max: time.Second}
+	b := &streamBackoff{p: backoff.Policy{Initial: 100 * time.Millisecond, Max: time.Second}}
 	now := time.Now()
 	var got []time.Duration
 	for range 6 {
@@ -34,7 +36,7 @@ func TestBackoffDoublesAndStartsOverAfterAHealthyStream(t *testing.T) {
 		}
 	}
 	b.opened(now)
-	if d := b.next(now.Add(2 * time.Second)); d != b.min {
-		t.Fatalf("after a stream that held for longer than max: %s, want %s", d, b.min)
+	if d := b.next(now.Add(2 * time.Second)); d != b.p.Initial {
+		t.Fatalf("after a stream that held for longer than max: %s, want %s", d, b.p.Initial)
 	}
 }

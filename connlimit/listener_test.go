@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"shoal/connlimit"
+	"shoal/internal/testenv"
 	"shoal/pki"
 )
 
@@ -119,17 +120,12 @@ func call(cc *grpc.ClientConn) error {
 // waitStats polls l until cond holds (generous deadline: a loaded machine).
 func waitStats(t *testing.T, l *connlimit.Listener, what string, cond func(connlimit.Stats) bool) connlimit.Stats {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st := l.Stats()
-		if cond(st) {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s; stats %+v", what, st)
-		}
-		time.Sleep(5 * time.Millisecond) // polling a condition, not synchronising on time
-	}
+	var st connlimit.Stats
+	testenv.Eventually(t, 30*time.Second, what, func() (bool, error) {
+		st = l.Stats()
+		return cond(st), fmt.Errorf("stats %+v", st)
+	})
+	return st
 }
 
 // closedByServer reports whether the server closed c (reads end in EOF or

@@ -179,10 +179,27 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 		})
 	}()
 
-	sandboxes := c.cfg.Store.WatchSandboxes(ctx, "", "", 0)
-	providers := c.cfg.Store.WatchProviders(ctx, 0)
-	nodes := c.cfg.Store.WatchNodeKeys(ctx)
-	teardowns := c.cfg.Store.WatchTeardowns(ctx)
+	// Each watch has a context of its own under ctx: a broken one is
+	// stopped (its goroutine waited for) before it is opened again, and
+	// the term waits for the open ones as it ends.
+	openSandboxes := func() *store.Watch[store.Event[*shoalv1.Sandbox]] {
+		return watchUnder(ctx, func(ctx context.Context) <-chan store.Event[*shoalv1.Sandbox] {
+			return c.cfg.Store.WatchSandboxes(ctx, "", "", 0)
+		})
+	}
+	openProviders := func() *store.Watch[store.Event[*shoalv1.Provider]] {
+		return watchUnder(ctx, func(ctx context.Context) <-chan store.Event[*shoalv1.Provider] {
+			return c.cfg.Store.WatchProviders(ctx, 0)
+		})
+	}
+	sandboxes, providers := openSandboxes(), openProviders()
+	nodes := watchUnder(ctx, c.cfg.Store.WatchNodeKeys)
+	teardowns := watchUnder(ctx, c.cfg.Store.WatchTeardowns)
+	defer func() {
+		for _, stop := range []func(){sandboxes.Stop, providers.Stop, nodes.Stop, teardowns.Stop} {
+			stop()
+		}
+	}()
 	// Nodes lost while no leader watched are found by the first resync;
 	// once one has listed everything pending and queued it, the term
 	// says so (a resync whose lists failed is not one).
@@ -204,26 +221,28 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 	defer tick.Stop()
 	for {
 		select {
-		case ev, ok := <-nodes:
+		case ev, ok := <-nodes.C:
 			if !ok || ev.Err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				c.log.Warn("node watch broke; restarting it", "err", ev.Err)
-				nodes = c.cfg.Store.WatchNodeKeys(ctx)
+				nodes.Stop()
+				nodes = watchUnder(ctx, c.cfg.Store.WatchNodeKeys)
 				c.resync(ctx, q)
 				continue
 			}
 			if ev.Deleted {
 				q.Add(task{kind: nodeLost, name: ev.Name})
 			}
-		case ev, ok := <-teardowns:
+		case ev, ok := <-teardowns.C:
 			if !ok || ev.Err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				c.log.Warn("teardown watch broke; restarting it", "err", ev.Err)
-				teardowns = c.cfg.Store.WatchTeardowns(ctx)
+				teardowns.Stop()
+				teardowns = watchUnder(ctx, c.cfg.Store.WatchTeardowns)
 				c.resync(ctx, q)
 				continue
 			}
@@ -233,25 +252,27 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 			}
 		case <-ctx.Done():
 			return ctx.Err()
-		case ev, ok := <-sandboxes:
+		case ev, ok := <-sandboxes.C:
 			if !ok || ev.Err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				c.log.Warn("sandbox watch broke; restarting it", "err", ev.Err)
-				sandboxes = c.cfg.Store.WatchSandboxes(ctx, "", "", 0)
+				sandboxes.Stop()
+				sandboxes = openSandboxes()
 				continue
 			}
 			if sb := ev.Object; ev.Type != shoalv1.EventType_DELETED && sb.GetMeta().GetDeletionTimestamp() != nil {
 				q.Add(sandboxTask(sb))
 			}
-		case ev, ok := <-providers:
+		case ev, ok := <-providers.C:
 			if !ok || ev.Err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
 				c.log.Warn("provider watch broke; restarting it", "err", ev.Err)
-				providers = c.cfg.Store.WatchProviders(ctx, 0)
+				providers.Stop()
+				providers = openProviders()
 				continue
 			}
 			if p := ev.Object; ev.Type != shoalv1.EventType_DELETED && p.GetMeta().GetDeletionTimestamp() != nil {
@@ -261,6 +282,13 @@ func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 			markSynced(c.resync(ctx, q))
 		}
 	}
+}
+
+// watchUnder opens a watch under a context of its own, a child of ctx,
+// that its Stop ends.
+func watchUnder[E any](ctx context.Context, open func(context.Context) <-chan E) *store.Watch[E] {
+	wctx, cancel := context.WithCancel(ctx)
+	return store.NewWatch(cancel, open(wctx))
 }
 
 func sandboxTask(sb *shoalv1.Sandbox) task {

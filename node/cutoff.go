@@ -14,6 +14,7 @@ import (
 	"shoal/agent"
 	"shoal/docker"
 	"shoal/embedetcd"
+	"shoal/internal/backoff"
 	"shoal/store"
 )
 
@@ -56,22 +57,26 @@ func (n *Node) untilReachable(ctx context.Context, what string, try func() error
 	if n.knownCluster() == "" {
 		return try()
 	}
-	for attempt := 0; ; attempt++ {
-		err := try()
-		if err == nil || ctx.Err() != nil || !unreachable(err) {
-			return err
+	var last error
+	err := backoff.Retry(ctx, retryEtcdPolicy, func(attempt int) error {
+		last = try()
+		if last == nil || ctx.Err() != nil || !unreachable(last) {
+			return backoff.Permanent(last)
 		}
-		if attempt == 0 {
+		if attempt == 1 {
 			n.log.Warn("etcd does not answer; this node ran before, so it keeps trying (its containers are frozen if it has not registered within --node-ttl of its start)",
-				"step", what, "err", err)
+				"step", what, "err", last)
 		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(retryEtcd):
-		}
+		return last
+	})
+	if err != nil {
+		return last // try's own error, also when ctx ended between tries
 	}
+	return nil
 }
+
+// retryEtcdPolicy waits retryEtcd between tries, without end.
+var retryEtcdPolicy = backoff.Policy{Initial: retryEtcd, Max: retryEtcd}
 
 func unreachable(err error) bool {
 	return shoal.KindOf(err) == shoal.KindUnavailable || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, embedetcd.ErrUnreachable)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"shoal"
+	"shoal/internal/backoff"
 	"shoal/internal/chaosbreak"
 )
 
@@ -66,11 +66,17 @@ type cached[T object] struct {
 
 // Conflicts before the loop starts to back off: the first retries are
 // immediate because the Else branch already returned the fresh state.
-const (
-	immediateRetries = 3
-	backoffBase      = time.Millisecond
-	backoffMax       = 50 * time.Millisecond
-)
+const immediateRetries = 3
+
+// conflictBackoff is the wait before retry n after the immediate ones:
+// 1ms doubling to 50ms, each drawn uniformly from its upper half
+// ([d/2, d]). The Policy's jitter is symmetric, so it is centred on 3/4
+// of that: 0.75·d ± 1/3 is exactly [d/2, d].
+var conflictBackoff = backoff.Policy{
+	Initial: 750 * time.Microsecond,
+	Max:     37500 * time.Microsecond,
+	Jitter:  1.0 / 3,
+}
 
 // update is THE read-modify-CAS loop. Every server-driven write of an object
 // goes through it:
@@ -150,8 +156,8 @@ func updateLoop[T object](ctx context.Context, s *Store, u updateSpec[T], st *up
 			return zero, err
 		}
 		if n >= immediateRetries {
-			if err := backoff(ctx, n-immediateRetries); err != nil {
-				return zero, err
+			if backoff.Sleep(ctx, conflictBackoff.Delay(n-immediateRetries)) != nil {
+				return zero, ctxErr(ctx)
 			}
 		}
 	}
@@ -460,20 +466,6 @@ func (a *updater[T]) conflict(resp *clientv3.TxnResponse) error {
 	}
 	a.cur, a.raw, a.rev = cur, kvs[0].Value, kvs[0].ModRevision
 	return nil
-}
-
-func backoff(ctx context.Context, n int) error {
-	d := backoffBase << min(n, 6)
-	d = min(d, backoffMax)
-	d = d/2 + rand.N(d/2+1)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctxErr(ctx)
-	case <-t.C:
-		return nil
-	}
 }
 
 func ctxErr(ctx context.Context) error {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"shoal/internal/backoff"
 )
 
 // Queue holds items of type T identified by a key.
@@ -95,7 +97,9 @@ func (q *Queue[T]) backoff(k string, retryAfter time.Duration) time.Duration {
 	}
 	n := q.failures[k]
 	q.failures[k] = n + 1
-	return min(retryAfter<<min(n, 16), MaxRetryDelay)
+	// The caller's retryAfter is the base, so the Policy is per call; the
+	// doublings stop after 16, as they always did.
+	return backoff.Policy{Initial: retryAfter, Max: MaxRetryDelay}.Delay(min(n, 16))
 }
 
 // Close wakes every Get, which then returns false.

@@ -1,5 +1,5 @@
-// Package backoff is the one way shoal's lab, harness and tools wait
-// between tries of something that failed: a Policy says how long each
+// Package backoff is the one way shoal (servers, lab, harness and tools)
+// waits between tries of something that failed: a Policy says how long each
 // wait is (growing from Initial by Multiplier up to Max, with optional
 // jitter) and how many tries there are; Retry runs a call under it until
 // the call succeeds, returns a Permanent error, the tries run out, or the
