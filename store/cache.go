@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/backoff"
 	"shoal/internal/chaosbreak"
 	"shoal/placement"
 )
@@ -421,7 +422,7 @@ func follow(ctx context.Context, c *Cache, prefix string, list func(context.Cont
 					c.log.Warn("list failed; retrying", "prefix", prefix, "err", err)
 				}
 				fails++
-				if sleepCtx(ctx, retryDelay(fails)) != nil {
+				if backoff.Sleep(ctx, retryDelay(fails)) != nil {
 					return
 				}
 				continue
@@ -441,7 +442,7 @@ func follow(ctx context.Context, c *Cache, prefix string, list func(context.Cont
 		case err != nil:
 			fails++
 			c.log.Info("watch broke; resuming", "prefix", prefix, "err", err)
-			if sleepCtx(ctx, retryDelay(fails)) != nil {
+			if backoff.Sleep(ctx, retryDelay(fails)) != nil {
 				return
 			}
 		}
@@ -450,17 +451,6 @@ func follow(ctx context.Context, c *Cache, prefix string, list func(context.Cont
 
 func retryDelay(fails int) time.Duration {
 	return min(50*time.Millisecond<<min(fails, 6), 2*time.Second)
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 func (k *kindCache[T]) appliedRev() int64 {
