@@ -1,16 +1,19 @@
 GO        ?= go
 BIN       ?= bin/shoal
+# The server (`shoal node start` runs it; cmd/shoal-node): shoal itself
+# links none of the server and finds it beside itself.
+NODE_BIN  ?= $(dir $(BIN))shoal-node
 # The lab (chaos, soak, fleet bench; package lab) is a binary of its own:
 # shoal links none of it. Its nodes run $(BIN).
 LAB_BIN   ?= bin/shoal-lab
 IMAGE     ?= shoal/sandbox:dev
 NODE_IMAGE ?= shoal/node:dev
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
-# make install copies both binaries to $(PREFIX)/bin when PREFIX is set,
+# make install copies the binaries to $(PREFIX)/bin when PREFIX is set,
 # else to the first GOPATH entry's bin (where go install puts commands).
 PREFIX    ?=
 INSTALL_DIR = $(if $(PREFIX),$(PREFIX)/bin,$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)
-# The version both binaries report (`shoal version`, and the version a node
+# The version the binaries report (`shoal version`, and the version a node
 # registers): git describe, "dev" outside a git checkout. deploy/node/build.sh
 # computes the same, and make node-image hands it this one.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -24,14 +27,17 @@ STATICCHECK_VERSION        := v0.8.2
 # Static (no cgo): the chaos hosts run $(BIN) in FROM-scratch containers.
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/shoal
+	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(NODE_BIN) ./cmd/shoal-node
 	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(LAB_BIN) ./cmd/shoal-lab
 
-# Both binaries onto PATH: `shoal` and `shoal-lab` as the docs write them.
+# The binaries onto PATH: `shoal`, `shoal-node` (beside shoal, which runs
+# it for `shoal node start`) and `shoal-lab`, as the docs write them.
 install: build
 	install -d $(INSTALL_DIR)
 	install -m 0755 $(BIN) $(INSTALL_DIR)/shoal
+	install -m 0755 $(NODE_BIN) $(INSTALL_DIR)/shoal-node
 	install -m 0755 $(LAB_BIN) $(INSTALL_DIR)/shoal-lab
-	@echo "installed shoal and shoal-lab in $(INSTALL_DIR)"
+	@echo "installed shoal, shoal-node and shoal-lab in $(INSTALL_DIR)"
 
 run: build image
 	$(BIN) node start

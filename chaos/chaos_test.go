@@ -20,17 +20,20 @@ func buildShoal(t *testing.T, tags string) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..")
-	bin := filepath.Join(t.TempDir(), "shoal")
-	args := []string{"build", "-o", bin}
-	if tags != "" {
-		args = append(args, "-tags", tags)
+	dir := t.TempDir()
+	// shoal runs the shoal-node beside it, which holds the tagged code.
+	for _, name := range []string{"shoal", "shoal-node"} {
+		args := []string{"build", "-o", filepath.Join(dir, name)}
+		if tags != "" {
+			args = append(args, "-tags", tags)
+		}
+		cmd := exec.Command("go", append(args, "./cmd/"+name)...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s %s: %v\n%s", name, tags, err, out)
+		}
 	}
-	cmd := exec.Command("go", append(args, "./cmd/shoal")...)
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", tags, err, out)
-	}
-	return bin
+	return filepath.Join(dir, "shoal")
 }
 
 func invariants(r *chaos.Report) []string {

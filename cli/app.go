@@ -53,14 +53,18 @@ type app struct {
 	// helpCmd is the command line of the command being run, binary and
 	// command path ("shoal sandbox get"): usage hints name its --help.
 	helpCmd string
+	// args is the command line as given to Main, before Reorder: the
+	// commands that run shoal-node hand it on unchanged (nodebinary.go).
+	args []string
 	// unknownCmd is a command name that matched no command (urfave/cli's
 	// CommandNotFound), a usage error.
 	unknownCmd string
 }
 
 // Main runs the CLI and returns the process exit code. exts are the
-// commands cmd/shoal adds to the tree (Extension): `shoal node start` and
-// `shoal cluster snapshot restore` come from package nodecmd.
+// commands the binary adds to the tree (Extension): `shoal node start` and
+// `shoal cluster snapshot restore`, from package nodecmd in shoal-node and
+// NodeCommands (which run shoal-node) in shoal.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, exts ...Extension) int {
 	return run(ctx, args, stdin, stdout, stderr, shoalSpec(exts...))
 }
@@ -88,7 +92,7 @@ Flags may come before or after positional arguments.
 
 // run runs the command tree of spec: the one path of Main and RunTool.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, spec ToolSpec) int {
-	a := &app{stdout: stdout, stderr: stderr, stdin: stdin, ctx: ctx, tty: isTerminal(stderr), lookupEnv: os.LookupEnv}
+	a := &app{args: args, stdout: stdout, stderr: stderr, stdin: stdin, ctx: ctx, tty: isTerminal(stderr), lookupEnv: os.LookupEnv}
 	// The root's Before sets the format; errors before it still print.
 	a.out = printer{w: stdout, errw: stderr, format: formatTable, now: time.Now}
 	root := a.tree(spec)

@@ -1,8 +1,9 @@
 // Package cli is the `shoal` command tree (urfave/cli/v2), a thin client
 // of the shoal.v1 API. The commands that run on a node's host and link the
 // server, `shoal node start` and `shoal cluster snapshot restore`, are
-// package nodecmd, which cmd/shoal adds to this tree (Extension, tool.go):
-// this package links none of the server's packages.
+// package nodecmd, which the server binary shoal-node adds to this tree
+// (Extension, tool.go); in `shoal` they run shoal-node (NodeCommands,
+// nodebinary.go). This package links none of the server's packages.
 //
 // Flags may stand before or after positional arguments, as in kubectl:
 // Main reorders the arguments once, for the whole tree, before urfave/cli

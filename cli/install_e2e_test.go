@@ -38,7 +38,7 @@ func makeCmd(t *testing.T, env []string, args ...string) string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "PREFIX", "VERSION", "BIN", "LAB_BIN":
+		case "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "PREFIX", "VERSION", "BIN", "NODE_BIN", "LAB_BIN":
 			continue
 		}
 		cmd.Env = append(cmd.Env, kv)
@@ -66,7 +66,7 @@ func requireExecutable(t *testing.T, path string) {
 	}
 }
 
-// make install puts both binaries, under their own names, into
+// make install puts the three binaries, under their own names, into
 // $(PREFIX)/bin when PREFIX is set and into $(go env GOPATH)/bin
 // otherwise, and they run from there.
 func TestMakeInstall(t *testing.T) {
@@ -76,12 +76,14 @@ func TestMakeInstall(t *testing.T) {
 
 	prefix := filepath.Join(tmp, "prefix")
 	makeCmd(t, nil, append([]string{"-s", "install", "PREFIX=" + prefix}, build...)...)
-	for _, name := range []string{"shoal", "shoal-lab"} {
+	// shoal-node is shoal's tree with the server in it: it calls itself
+	// shoal.
+	for name, says := range map[string]string{"shoal": "shoal", "shoal-node": "shoal", "shoal-lab": "shoal-lab"} {
 		bin := filepath.Join(prefix, "bin", name)
 		requireExecutable(t, bin)
 		r := runEnv(t, bin, nil, "version").must(t, 0, name+" version")
-		if !strings.HasPrefix(r.stdout, name+" ") {
-			t.Errorf("%s version printed %q, want %q first", bin, r.stdout, name+" ")
+		if !strings.HasPrefix(r.stdout, says+" ") {
+			t.Errorf("%s version printed %q, want %q first", bin, r.stdout, says+" ")
 		}
 	}
 
@@ -93,7 +95,7 @@ func TestMakeInstall(t *testing.T) {
 	}
 	gopath := filepath.Join(tmp, "gopath")
 	makeCmd(t, []string{"GOPATH=" + gopath, "GOMODCACHE=" + strings.TrimSpace(string(gomodcache))}, append([]string{"-s", "install"}, build...)...)
-	for _, name := range []string{"shoal", "shoal-lab"} {
+	for _, name := range []string{"shoal", "shoal-node", "shoal-lab"} {
 		requireExecutable(t, filepath.Join(gopath, "bin", name))
 	}
 }
@@ -123,7 +125,7 @@ func gitVersion(t *testing.T) string {
 	return strings.TrimSpace(string(out))
 }
 
-// make build stamps git describe into both binaries; `shoal version` and
+// make build stamps git describe into the binaries; `shoal version` and
 // --version print it, a node started from the binary registers it, and
 // the node image is built with the same version. Outside git it is "dev".
 func TestMakeBuildStampsVersion(t *testing.T) {
@@ -145,7 +147,12 @@ func TestMakeBuildStampsVersion(t *testing.T) {
 		t.Errorf("shoal-lab version printed %q, want %q", r.stdout, "shoal-lab "+want+"\n")
 	}
 
-	// What the node registers is the same stamp. The hollow runtime needs
+	if r := runEnv(t, filepath.Join(tmp, "shoal-node"), nil, "version").must(t, 0, "shoal-node version"); r.stdout != "shoal "+want+"\n" {
+		t.Errorf("shoal-node version printed %q, want %q", r.stdout, "shoal "+want+"\n")
+	}
+
+	// What the node registers is the same stamp (shoal node start runs the
+	// shoal-node make build put beside shoal). The hollow runtime needs
 	// no Docker engine.
 	node, id, api := startHollowNode(t, bin)
 	r := run(t, bin, api, "-o", "json", "node", "get", id).must(t, 0, "node get")

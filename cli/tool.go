@@ -82,9 +82,10 @@ func movedToLab(name string) *cli.Command {
 }
 
 // Extension is a command another package adds to `shoal`'s tree, so that
-// this package need not link what the command runs: cmd/shoal adds the
-// commands that run a node (package nodecmd), which link the server, and
-// the CLI stays a client of the API alone. Parent is the path of the
+// this package need not link what the command runs: cmd/shoal-node adds
+// the commands that run a node (package nodecmd), which link the server,
+// and cmd/shoal adds NodeCommands in their place, so the CLI stays a
+// client of the API alone. Parent is the path of the
 // command it goes under ({"node"}, {"cluster", "snapshot"}); the command
 // is appended to that command's subcommands.
 type Extension struct {

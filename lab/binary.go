@@ -18,7 +18,7 @@ import (
 
 // shoalBinaryFlag is --shoal-binary of every command that starts nodes.
 func shoalBinaryFlag() cli.Flag {
-	return &cli.StringFlag{Name: "shoal-binary", Usage: "the shoal executable at `PATH` runs the nodes (default: the shoal next to shoal-lab, else shoal on PATH); with --cluster it must be static, as make build builds it"}
+	return &cli.StringFlag{Name: "shoal-binary", Usage: "the shoal executable at `PATH` runs the nodes, through the shoal-node beside it (default: the shoal next to shoal-lab, else shoal on PATH); with --cluster shoal-node must be static, as make build builds it"}
 }
 
 // shoalBinary is the shoal executable the nodes run: flag (--shoal-binary)
@@ -68,6 +68,11 @@ func findShoal(flag, self string) (string, error) {
 	}
 	if err := isShoal(bin); err != nil {
 		return "", err
+	}
+	// shoal runs the server beside it for `node start`, and the hosts'
+	// image is built from that file: it must be there.
+	if node := shoalcli.NodeBinaryBeside(bin); executable(node) != nil {
+		return "", shoalcli.UsageError("no %s beside %s (%s): the nodes run it (`shoal node start` does); make build builds bin/%s beside bin/shoal", shoalcli.NodeBinary, bin, node, shoalcli.NodeBinary)
 	}
 	return bin, nil
 }

@@ -23,6 +23,9 @@ func TestFindShoalOrder(t *testing.T) {
 	fakeShoal(t, self, "shoal-lab version test")
 	fakeShoal(t, filepath.Join(pathDir, "shoal"), "shoal version on-path")
 	fakeShoal(t, filepath.Join(flagDir, "my-shoal"), "shoal version flag")
+	for _, dir := range []string{labDir, pathDir, flagDir} {
+		fakeShoal(t, filepath.Join(dir, "shoal-node"), "shoal version node")
+	}
 	t.Setenv("PATH", pathDir)
 
 	check := func(what, flag, want string) {
@@ -40,6 +43,12 @@ func TestFindShoalOrder(t *testing.T) {
 	// Relative --shoal-binary: made absolute (the hosts need that).
 	t.Chdir(flagDir)
 	check("relative --shoal-binary", "my-shoal", filepath.Join(flagDir, "my-shoal"))
+
+	// A shoal without shoal-node beside it is refused, naming shoal-node.
+	os.Remove(filepath.Join(flagDir, "shoal-node"))
+	if _, err := findShoal(filepath.Join(flagDir, "my-shoal"), self); err == nil || !strings.Contains(err.Error(), "no shoal-node beside "+filepath.Join(flagDir, "my-shoal")) {
+		t.Errorf("a shoal without shoal-node: %v", err)
+	}
 
 	// A shoal next to shoal-lab that is not shoal is refused, not skipped.
 	fakeShoal(t, filepath.Join(labDir, "shoal"), "something else 1.0")

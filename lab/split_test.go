@@ -26,18 +26,20 @@ func deps(t *testing.T, pkg string) []string {
 	return strings.Fields(string(out))
 }
 
-// The product binary links none of the lab (issue 22): no package in
-// cmd/shoal's dependencies, directly or through another, is one of the
-// lab's. shoal-lab does link them, which shows the pattern matches.
+// The product binaries link none of the lab (issue 22): no package in
+// the dependencies of cmd/shoal or cmd/shoal-node, directly or through
+// another, is one of the lab's. shoal-lab does link them, which shows the pattern matches.
 func TestShoalLinksNoLab(t *testing.T) {
-	var found []string
-	for _, p := range deps(t, "shoal/cmd/shoal") {
-		if labOnly.MatchString(p) {
-			found = append(found, p)
+	for _, pkg := range []string{"shoal/cmd/shoal", "shoal/cmd/shoal-node"} {
+		var found []string
+		for _, p := range deps(t, pkg) {
+			if labOnly.MatchString(p) {
+				found = append(found, p)
+			}
 		}
-	}
-	if len(found) > 0 {
-		t.Errorf("cmd/shoal links lab packages (they belong in shoal-lab): %s", strings.Join(found, " "))
+		if len(found) > 0 {
+			t.Errorf("%s links lab packages (they belong in shoal-lab): %s", pkg, strings.Join(found, " "))
+		}
 	}
 	want := map[string]bool{"shoal/chaos": false, "shoal/scale": false, "github.com/anishathalye/porcupine": false, "gonum.org/v1/plot": false}
 	for _, p := range deps(t, "shoal/cmd/shoal-lab") {

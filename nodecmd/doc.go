@@ -4,8 +4,9 @@
 // etcd's own restore (package embedetcd).
 //
 // Package cli is the rest of the command tree, a client of the shoal.v1
-// API alone; cmd/shoal adds these commands to it through cli.Extension,
-// so that `shoal` keeps one tree (one --help, one completion, the same
-// exit codes) while cli links none of the server's packages
-// (deps_test.go holds that rule).
+// API alone. cmd/shoal-node, the server binary, adds these commands to it
+// through cli.Extension; cmd/shoal, the CLI, adds cli.NodeCommands in
+// their place, which run shoal-node with the same command line. So both
+// binaries have one tree (one --help, the same exit codes) and shoal links
+// none of the server's packages (deps_test.go holds that rule).
 package nodecmd

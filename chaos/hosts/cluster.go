@@ -133,7 +133,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkStatic(cfg.Binary); err != nil {
+	if err := checkStatic(nodeBinary(cfg.Binary)); err != nil {
 		return nil, err
 	}
 	sys, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
@@ -183,7 +183,7 @@ func Start(ctx context.Context, cfg Config) (c *Cluster, err error) {
 	if c.lock, err = lockDir(c.dir); err != nil {
 		return c, err
 	}
-	if err := ensureImage(ctx, sys, cfg.Image, cfg.Binary, cfg.Logf); err != nil {
+	if err := ensureImage(ctx, sys, cfg.Image, nodeBinary(cfg.Binary), cfg.Logf); err != nil {
 		return c, err
 	}
 	if c.net, err = createNetwork(ctx, sys, "shoal-"+c.run, c.labels()); err != nil {

@@ -22,8 +22,9 @@ type Config struct {
 	Voters int
 	// Workers are etcd clients only (--etcd-endpoints: the voters).
 	Workers int
-	// Binary is the shoal binary the nodes run. It must be static: the
-	// node image is FROM scratch.
+	// Binary is the shoal binary; the nodes run the shoal-node beside it
+	// (make build puts it there), which must be static: the node image is
+	// FROM scratch.
 	Binary string
 	// Image is the node image's tag (default DefaultImage). It is built
 	// at Start unless an image of that tag already holds this binary.

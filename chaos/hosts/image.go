@@ -7,8 +7,10 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"time"
 
@@ -17,21 +19,30 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 
+	"shoal/cli"
 	"shoal/internal/engine"
 )
 
-// nodeDockerfile is the node image: the static shoal binary and nothing
-// else. /tmp is a tmpfs of the container (HostConfig), /data the node's
+// nodeDockerfile is the node image: the static shoal-node binary (the
+// server, whose tree is shoal's with `node start` in it) and nothing else.
+// /tmp is a tmpfs of the container (HostConfig), /data the node's
 // bind-mounted data dir.
 const nodeDockerfile = `FROM scratch
-COPY shoal /shoal
-ENTRYPOINT ["/shoal"]
+COPY shoal-node /shoal-node
+ENTRYPOINT ["/shoal-node"]
 `
+
+// nodeBinary is the shoal-node beside the shoal binary, where make build
+// puts it; the node image holds it (shoal would only run it).
+func nodeBinary(shoal string) string { return cli.NodeBinaryBeside(shoal) }
 
 // checkStatic fails unless path is a statically linked ELF executable:
 // a FROM-scratch image has no dynamic loader or libc.
 func checkStatic(path string) error {
 	f, err := elf.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("hosts: the node binary %s does not exist: the nodes run the shoal-node beside the shoal binary (make build builds both into bin/)", path)
+	}
 	if err != nil {
 		return fmt.Errorf("hosts: binary %s: %w", path, err)
 	}
@@ -46,7 +57,7 @@ func checkStatic(path string) error {
 	return nil
 }
 
-// ensureImage builds tag from binary unless the image of that tag already
+// ensureImage builds tag from binary (shoal-node) unless the image of that tag already
 // holds it (its label carries the binary's sha256), and removes the image
 // the tag named before, if nothing uses it.
 func ensureImage(ctx context.Context, sys *client.Client, tag, binary string, logf func(string, ...any)) error {
@@ -75,7 +86,7 @@ func ensureImage(ctx context.Context, sys *client.Client, tag, binary string, lo
 		name string
 		mode int64
 		data []byte
-	}{{"Dockerfile", 0o644, []byte(nodeDockerfile)}, {"shoal", 0o755, bin}} {
+	}{{"Dockerfile", 0o644, []byte(nodeDockerfile)}, {"shoal-node", 0o755, bin}} {
 		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: time.Unix(0, 0)}); err != nil {
 			return err
 		}

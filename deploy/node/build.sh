@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the shoal node image FROM scratch: a static shoal binary
-# (CGO_ENABLED=0) and nothing else. Nothing is pulled from a registry.
+# Builds the shoal node image FROM scratch: the static shoal and shoal-node
+# binaries (CGO_ENABLED=0) and nothing else. Nothing is pulled from a registry.
 set -euo pipefail
 
 usage() {
@@ -8,7 +8,7 @@ usage() {
 Usage: deploy/node/build.sh [TAG]
 
 Builds the node image TAG (default shoal/node:dev) from this checkout:
-compiles a static shoal binary and runs docker build on a local context.
+compiles static shoal and shoal-node binaries and runs docker build on a local context.
 
 Environment:
   GO       the go command (default: go)
@@ -40,7 +40,9 @@ version=${VERSION:-$(git -C "$root" describe --tags --always --dirty 2>/dev/null
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
-(cd "$root" && CGO_ENABLED=0 "$go" build -trimpath -ldflags "-s -w -X shoal/cli.Version=$version" -o "$ctx/shoal" ./cmd/shoal)
+for cmd in shoal shoal-node; do
+	(cd "$root" && CGO_ENABLED=0 "$go" build -trimpath -ldflags "-s -w -X shoal/cli.Version=$version" -o "$ctx/$cmd" "./cmd/$cmd")
+done
 cp "$here/Dockerfile" "$ctx/"
 docker build -q -t "$tag" "$ctx" >/dev/null
 echo "built $tag ($version)"

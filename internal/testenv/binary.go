@@ -23,10 +23,11 @@ type build struct {
 
 // Binary returns the path of the shoal binary: $SHOAL_BIN (set by
 // `make test`), or one built once per test process (static, as `make
-// build` builds it).
+// build` builds it). shoal-node, the server that `shoal node start` runs,
+// is beside it: make build puts it there, and so does the build here.
 func Binary(t testing.TB) string {
 	t.Helper()
-	return builtBinary(t, "SHOAL_BIN", "shoal")
+	return builtBinary(t, "SHOAL_BIN", "shoal", "shoal-node")
 }
 
 // LabBinary returns the path of the shoal-lab binary (package lab):
@@ -38,8 +39,9 @@ func LabBinary(t testing.TB) string {
 	return builtBinary(t, "SHOAL_LAB_BIN", "shoal-lab")
 }
 
-// builtBinary is $env, or ./cmd/name built once.
-func builtBinary(t testing.TB, env, name string) string {
+// builtBinary is $env, or ./cmd/name built once, with ./cmd/beside for
+// each of beside in the same directory.
+func builtBinary(t testing.TB, env, name string, beside ...string) string {
 	t.Helper()
 	if b := os.Getenv(env); b != "" {
 		return b
@@ -60,13 +62,16 @@ func builtBinary(t testing.TB, env, name string) string {
 		_, file, _, _ := runtime.Caller(0)
 		root := filepath.Join(filepath.Dir(file), "..", "..")
 		b.bin = filepath.Join(dir, name)
-		cmd := exec.Command("go", "build", "-o", b.bin, "./cmd/"+name)
-		cmd.Dir = root
-		// Static, as `make build` makes it: chaos/hosts runs shoal in
-		// containers built FROM scratch.
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = &buildError{err, string(out)}
+		for _, cmdName := range append([]string{name}, beside...) {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, cmdName), "./cmd/"+cmdName)
+			cmd.Dir = root
+			// Static, as `make build` makes it: chaos/hosts runs
+			// shoal-node in containers built FROM scratch.
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.err = &buildError{err, string(out)}
+				return
+			}
 		}
 	})
 	if b.err != nil {
