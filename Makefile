@@ -26,9 +26,9 @@ STATICCHECK_VERSION        := v0.8.2
 
 # Static (no cgo): the chaos hosts run $(BIN) in FROM-scratch containers.
 build:
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/shoal
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(NODE_BIN) ./cmd/shoal-node
-	CGO_ENABLED=0 $(GO) build -ldflags '$(LDFLAGS)' -o $(LAB_BIN) ./cmd/shoal-lab
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/shoal
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(NODE_BIN) ./cmd/shoal-node
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(LAB_BIN) ./cmd/shoal-lab
 
 # The binaries onto PATH: `shoal`, `shoal-node` (beside shoal, which runs
 # it for `shoal node start`) and `shoal-lab`, as the docs write them.
@@ -48,10 +48,14 @@ run: build image
 # time on two cores was tried: 2 s leases lapse under that load and the
 # cluster tests fail (README, Tests: the time table).
 TEST_P ?= $(shell nproc 2>/dev/null || echo 2)
+# -trimpath: compiled code does not depend on where the checkout is, so a
+# fresh clone (CI's) reuses the build cache of every earlier run instead of
+# compiling every shoal package again (tests find the checkout with
+# testenv.RepoRoot, not from their compiled file names).
 test: build image node-image
 	@command -v docker-compose >/dev/null || ./deploy/apt-install.sh docker-compose || \
 		echo "make: without docker-compose the compose cluster test (deploy/compose) skips"
-	SHOAL_BIN=$(CURDIR)/$(BIN) SHOAL_LAB_BIN=$(CURDIR)/$(LAB_BIN) $(GO) test -race -count=1 -p $(TEST_P) -timeout 30m ./...
+	SHOAL_BIN=$(CURDIR)/$(BIN) SHOAL_LAB_BIN=$(CURDIR)/$(LAB_BIN) $(GO) test -race -trimpath -count=1 -p $(TEST_P) -timeout 30m ./...
 
 bench: build image
 	( $(GO) test -run '^$$' -bench UpdateLoopVsRaw -benchtime 3000x -count 3 ./bench/ && \

@@ -3,12 +3,13 @@ package chaos_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +17,71 @@ import (
 	"shoal/internal/testenv"
 )
 
-func buildShoal(t *testing.T, tags string) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..")
-	dir := t.TempDir()
-	// shoal runs the shoal-node beside it, which holds the tagged code.
-	for _, name := range []string{"shoal", "shoal-node"} {
-		args := []string{"build", "-o", filepath.Join(dir, name)}
-		if tags != "" {
-			args = append(args, "-tags", tags)
-		}
-		cmd := exec.Command("go", append(args, "./cmd/"+name)...)
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s %s: %v\n%s", name, tags, err, out)
+// brokenBuilds are the shoal binaries built with a build tag, once per
+// test process (two tests use the chaosbreak one).
+var (
+	brokenMu     sync.Mutex
+	brokenBuilds = map[string]*brokenBuild{}
+)
+
+type brokenBuild struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// TestMain removes the broken builds once every test is done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for _, b := range brokenBuilds {
+		if b.bin != "" {
+			os.RemoveAll(filepath.Dir(b.bin))
 		}
 	}
-	return filepath.Join(dir, "shoal")
+	os.Exit(code)
+}
+
+// buildShoal returns a shoal whose shoal-node (beside it, where shoal runs
+// it from) is built with tags: the server holds the broken code. shoal is
+// testenv's, hard-linked (or copied) beside it: a symlink would be
+// resolved back to testenv's shoal-node.
+func buildShoal(t *testing.T, tags string) string {
+	t.Helper()
+	brokenMu.Lock()
+	b, ok := brokenBuilds[tags]
+	if !ok {
+		b = &brokenBuild{}
+		brokenBuilds[tags] = b
+	}
+	brokenMu.Unlock()
+	shoal := testenv.Binary(t)
+	root := testenv.RepoRoot(t)
+	b.once.Do(func() {
+		dir, err := os.MkdirTemp("", "shoal-"+tags+"-")
+		if err != nil {
+			b.err = err
+			return
+		}
+		cmd := exec.Command("go", "build", "-trimpath", "-tags", tags, "-o", filepath.Join(dir, "shoal-node"), "./cmd/shoal-node")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build -tags %s ./cmd/shoal-node: %v\n%s", tags, err, out)
+			return
+		}
+		b.bin = filepath.Join(dir, "shoal")
+		if os.Link(shoal, b.bin) == nil {
+			return
+		}
+		data, err := os.ReadFile(shoal)
+		if err == nil {
+			err = os.WriteFile(b.bin, data, 0o755)
+		}
+		b.err = err
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.bin
 }
 
 func invariants(r *chaos.Report) []string {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,8 +34,30 @@ func makeCmd(t *testing.T, env []string, args ...string) string {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skipf("skipping: make not found (%v)", err)
 	}
+	start := time.Now()
+	out, err := makeOutput(env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("make %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	return out
+}
+
+// runMake is makeCmd for a caller without a test of its own (makeBuild).
+func runMake(env []string, args ...string) error {
+	_, err := makeOutput(env, args...)
+	return err
+}
+
+// makeOutput runs make as makeCmd says and returns its stdout, or an error
+// with both outputs.
+func makeOutput(env []string, args ...string) (string, error) {
 	cmd := exec.Command("make", append([]string{"--no-print-directory"}, args...)...)
-	cmd.Dir = repoRoot(t)
+	root, err := filepath.Abs("..")
+	if err != nil {
+		return "", err
+	}
+	cmd.Dir = root
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
@@ -46,12 +69,10 @@ func makeCmd(t *testing.T, env []string, args ...string) string {
 	cmd.Env = append(cmd.Env, env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	start := time.Now()
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("make %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out.String(), errb.String())
+		return "", fmt.Errorf("make %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, out.String(), errb.String())
 	}
-	t.Logf("make %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
-	return out.String()
+	return out.String(), nil
 }
 
 // requireExecutable fails unless path is an executable file.
@@ -66,13 +87,56 @@ func requireExecutable(t *testing.T, path string) {
 	}
 }
 
+// made is one `make build` into a directory of its own, shared by the
+// tests of make build and make install (three static binaries are linked
+// once, not once per test).
+var made struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// TestMain removes makeBuild's directory once every test is done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if made.dir != "" {
+		os.RemoveAll(made.dir)
+	}
+	os.Exit(code)
+}
+
+// makeBuild runs `make -s build` once per test process into a directory of
+// its own and returns the directory (shoal, shoal-node, shoal-lab).
+func makeBuild(t *testing.T) string {
+	t.Helper()
+	made.once.Do(func() {
+		dir, err := os.MkdirTemp("", "shoal-make-build-")
+		if err != nil {
+			made.err = err
+			return
+		}
+		made.dir = dir // outlives this test: TestMain removes it
+		made.err = runMake(nil, "-s", "build", "BIN="+filepath.Join(dir, "shoal"), "LAB_BIN="+filepath.Join(dir, "shoal-lab"))
+	})
+	if made.err != nil {
+		t.Fatal(made.err)
+	}
+	return made.dir
+}
+
 // make install puts the three binaries, under their own names, into
 // $(PREFIX)/bin when PREFIX is set and into $(go env GOPATH)/bin
-// otherwise, and they run from there.
+// otherwise, and they run from there. It builds them first (make -n shows
+// it); the installs here reuse makeBuild's binaries (-o build: make takes
+// build as done), so that the install recipe itself runs for real.
 func TestMakeInstall(t *testing.T) {
 	t.Parallel()
 	tmp := t.TempDir()
-	build := []string{"BIN=" + filepath.Join(tmp, "build", "shoal"), "LAB_BIN=" + filepath.Join(tmp, "build", "shoal-lab")}
+	dir := makeBuild(t)
+	build := []string{"-o", "build", "BIN=" + filepath.Join(dir, "shoal"), "LAB_BIN=" + filepath.Join(dir, "shoal-lab")}
+	if out := makeCmd(t, nil, "-n", "install"); !strings.Contains(out, "-o bin/shoal-node ./cmd/shoal-node") || !strings.Contains(out, "-o bin/shoal ./cmd/shoal") {
+		t.Errorf("make install does not build first:\n%s", out)
+	}
 
 	prefix := filepath.Join(tmp, "prefix")
 	makeCmd(t, nil, append([]string{"-s", "install", "PREFIX=" + prefix}, build...)...)
@@ -130,9 +194,8 @@ func gitVersion(t *testing.T) string {
 // the node image is built with the same version. Outside git it is "dev".
 func TestMakeBuildStampsVersion(t *testing.T) {
 	t.Parallel()
-	tmp := t.TempDir()
+	tmp := makeBuild(t)
 	bin, lab := filepath.Join(tmp, "shoal"), filepath.Join(tmp, "shoal-lab")
-	makeCmd(t, nil, "-s", "build", "BIN="+bin, "LAB_BIN="+lab)
 	want := gitVersion(t)
 	if want == "dev" {
 		t.Logf("not a git checkout: the version is %q", want)

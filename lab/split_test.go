@@ -1,30 +1,16 @@
 package lab_test
 
 import (
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
+
+	"shoal/internal/testenv"
 )
 
 // labOnly matches the packages only shoal-lab may link: the chaos suite,
 // the fleet bench, and what they bring (porcupine, gonum/plot).
 var labOnly = regexp.MustCompile(`gonum|porcupine|^shoal/chaos(/|$)|^shoal/scale(/|$)`)
-
-// deps lists the packages pkg links.
-func deps(t *testing.T, pkg string) []string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	cmd := exec.Command("go", "list", "-deps", pkg)
-	cmd.Dir = filepath.Dir(file)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", pkg, err)
-	}
-	return strings.Fields(string(out))
-}
 
 // The product binaries link none of the lab (issue 22): no package in
 // the dependencies of cmd/shoal or cmd/shoal-node, directly or through
@@ -32,7 +18,7 @@ func deps(t *testing.T, pkg string) []string {
 func TestShoalLinksNoLab(t *testing.T) {
 	for _, pkg := range []string{"shoal/cmd/shoal", "shoal/cmd/shoal-node"} {
 		var found []string
-		for _, p := range deps(t, pkg) {
+		for _, p := range testenv.Deps(t, pkg) {
 			if labOnly.MatchString(p) {
 				found = append(found, p)
 			}
@@ -42,7 +28,7 @@ func TestShoalLinksNoLab(t *testing.T) {
 		}
 	}
 	want := map[string]bool{"shoal/chaos": false, "shoal/scale": false, "github.com/anishathalye/porcupine": false, "gonum.org/v1/plot": false}
-	for _, p := range deps(t, "shoal/cmd/shoal-lab") {
+	for _, p := range testenv.Deps(t, "shoal/cmd/shoal-lab") {
 		if _, ok := want[p]; ok {
 			want[p] = true
 		}

@@ -1,36 +1,17 @@
 package nodecmd_test
 
 import (
-	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
+
+	"shoal/internal/testenv"
 )
 
 // serverSide matches what only a node runs: shoal's server packages, the
 // etcd server and the Docker client. Package cli is a client of the API
 // and links none of them; this package brings them into `shoal`.
 var serverSide = regexp.MustCompile(`^shoal/(apiserver|agent|node|store|coordinator|embedetcd|docker|hollow|registry|lease)$|^go\.etcd\.io/etcd/server/|^github\.com/docker/`)
-
-// deps lists the packages pkg links, or skips when there is no go tool
-// to ask.
-func deps(t *testing.T, pkg string) []string {
-	t.Helper()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go tool on PATH: the dependency rule of package cli is not checked")
-	}
-	_, file, _, _ := runtime.Caller(0)
-	cmd := exec.Command(goTool, "list", "-deps", pkg)
-	cmd.Dir = filepath.Dir(file)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", pkg, err)
-	}
-	return strings.Fields(string(out))
-}
 
 // The CLI depends on the API alone (issue 22): no package that cli or
 // cmd/shoal links, directly or through another, is a server's. The server
@@ -39,7 +20,7 @@ func deps(t *testing.T, pkg string) []string {
 func TestCLILinksNoServer(t *testing.T) {
 	for _, pkg := range []string{"shoal/cli", "shoal/cmd/shoal"} {
 		var found []string
-		for _, p := range deps(t, pkg) {
+		for _, p := range testenv.Deps(t, pkg) {
 			if serverSide.MatchString(p) {
 				found = append(found, p)
 			}
@@ -49,7 +30,7 @@ func TestCLILinksNoServer(t *testing.T) {
 		}
 	}
 	want := map[string]bool{"shoal/nodecmd": false, "shoal/node": false, "shoal/apiserver": false, "shoal/embedetcd": false, "shoal/docker": false}
-	for _, p := range deps(t, "shoal/cmd/shoal-node") {
+	for _, p := range testenv.Deps(t, "shoal/cmd/shoal-node") {
 		if _, ok := want[p]; ok {
 			want[p] = true
 		}

@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -219,13 +218,12 @@ type cluster struct {
 // cluster` can collide, and registers cluster.sh down as a cleanup first.
 func upCluster(t *testing.T, tls bool) *cluster {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
 	b := make([]byte, 4)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
 	c := &cluster{
-		script:  filepath.Join(filepath.Dir(file), "cluster.sh"),
+		script:  scriptPath(t),
 		project: "shoaltest" + hex.EncodeToString(b),
 		port:    freePorts(t, 3),
 		nodes:   []string{"n1", "n2", "n3"},

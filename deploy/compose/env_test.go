@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -17,8 +16,7 @@ func TestClusterEnvExports(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skipf("skipping: bash not found (%v)", err)
 	}
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "cluster.sh")
+	script := scriptPath(t)
 	state := filepath.Join(t.TempDir(), `it's "a" $HOME`)
 	pki := filepath.Join(state, "shoal", "compose", "envtest-pki")
 	env := []string{"PATH=/usr/bin:/bin", "XDG_STATE_HOME=" + state, "SHOAL_CLUSTER=envtest", "SHOAL_CLUSTER_PORT=17461"}
@@ -66,4 +64,15 @@ func TestClusterEnvExports(t *testing.T) {
 			}
 		}
 	}
+}
+
+// scriptPath is cluster.sh of this package: go test runs its tests in the
+// package's directory.
+func scriptPath(t *testing.T) string {
+	t.Helper()
+	p, err := filepath.Abs("cluster.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

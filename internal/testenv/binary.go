@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 )
@@ -59,8 +58,11 @@ func builtBinary(t testing.TB, env, name string, beside ...string) string {
 			b.err = err
 			return
 		}
-		_, file, _, _ := runtime.Caller(0)
-		root := filepath.Join(filepath.Dir(file), "..", "..")
+		root, err := repoRoot()
+		if err != nil {
+			b.err = err
+			return
+		}
 		b.bin = filepath.Join(dir, name)
 		for _, cmdName := range append([]string{name}, beside...) {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, cmdName), "./cmd/"+cmdName)
