@@ -18,6 +18,10 @@ INSTALL_DIR = $(if $(PREFIX),$(PREFIX)/bin,$(firstword $(subst :, ,$(shell $(GO)
 # computes the same, and make node-image hands it this one.
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X shoal/cli.Version=$(VERSION)
+# urfave_cli_no_docs leaves out urfave/cli's man page and markdown writers
+# (go-md2man, blackfriday), which no shoal command uses: less to load and
+# initialise on every CLI call. deploy/node/build.sh builds with the same.
+BUILD_TAGS := urfave_cli_no_docs
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 STATICCHECK_VERSION        := v0.8.2
@@ -26,9 +30,9 @@ STATICCHECK_VERSION        := v0.8.2
 
 # Static (no cgo): the chaos hosts run $(BIN) in FROM-scratch containers.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/shoal
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(NODE_BIN) ./cmd/shoal-node
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(LAB_BIN) ./cmd/shoal-lab
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/shoal
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(NODE_BIN) ./cmd/shoal-node
+	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(LAB_BIN) ./cmd/shoal-lab
 
 # The binaries onto PATH: `shoal`, `shoal-node` (beside shoal, which runs
 # it for `shoal node start`) and `shoal-lab`, as the docs write them.

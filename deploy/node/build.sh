@@ -41,7 +41,7 @@ version=${VERSION:-$(git -C "$root" describe --tags --always --dirty 2>/dev/null
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 for cmd in shoal shoal-node; do
-	(cd "$root" && CGO_ENABLED=0 "$go" build -trimpath -ldflags "-s -w -X shoal/cli.Version=$version" -o "$ctx/$cmd" "./cmd/$cmd")
+	(cd "$root" && CGO_ENABLED=0 "$go" build -trimpath -tags urfave_cli_no_docs -ldflags "-s -w -X shoal/cli.Version=$version" -o "$ctx/$cmd" "./cmd/$cmd")
 done
 cp "$here/Dockerfile" "$ctx/"
 docker build -q -t "$tag" "$ctx" >/dev/null
