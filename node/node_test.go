@@ -57,16 +57,20 @@ func mkSandbox(t *testing.T, ctx context.Context, c shoalv1.ShoalClient, name st
 // a. The seed race: 32 goroutines update the same sandbox (labels through
 // the API, status through the store) in a tight loop while it is deleted
 // with wait. The delete and the provider delete right after both succeed,
-// every round. The 200 rounds run in 4 lanes at once, each lane on a
+// every round. The 120 rounds run in 4 lanes at once, each lane on a
 // sandbox and providers of its own: a round is mostly waiting on the
 // engine (the container's create and removal), and the lanes add
-// interleavings across sandboxes on one node without dropping a round.
+// interleavings across sandboxes on one node. Each round is the whole
+// race (32 writers against one wait-delete, hundreds of conflicting
+// writes); 120 rather than 200 keeps make test within its minutes, and
+// the chaos suite's conflicts and provider-race scenarios run the same
+// race for minutes in CI.
 func TestSeedRace(t *testing.T) {
 	t.Parallel()
 	testenv.RequireDocker(t)
 	n := testenv.StartNode(t, testenv.NodeConfig(t))
 	ctx := ctxT(t, 20*time.Minute)
-	rounds := 200
+	rounds := 120
 	if testing.Short() {
 		rounds = 20
 	}
