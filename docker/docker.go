@@ -625,11 +625,12 @@ const KillTimeout = 10 * time.Second
 // killed before Exec returns; at the spec's Timeout they are killed too,
 // and the result is ExitTimedOut.
 func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdout, stderr io.Writer) (shoal.ExecResult, error) {
-	if spec.Stdin != nil {
-		// Closed first on return (defers run last-in first-out), so that
-		// the copy below, blocked reading it, returns before wg.Wait.
-		defer spec.Stdin.Close()
-	}
+	closeStdin := sync.OnceFunc(func() {
+		if spec.Stdin != nil {
+			spec.Stdin.Close()
+		}
+	})
+	defer closeStdin()
 	opts := container.ExecOptions{
 		Cmd:          append([]string{"/bin/sh", "-c", execWrapper, "shoal-exec"}, spec.Command...),
 		Env:          append(slices.Clone(spec.Env), ExecEnv+"="+r.token),
@@ -669,6 +670,8 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdo
 	var wg sync.WaitGroup
 	defer wg.Wait() // after att.Close below: closing the connection ends every copy
 	defer att.Close()
+	// Before the wait too: the copy of stdin may be blocked reading it.
+	defer closeStdin()
 	pw := &pidWriter{w: stdout, known: make(chan struct{})}
 	var copyErr error
 	ended := make(chan struct{}) // closed when the output copy has returned
