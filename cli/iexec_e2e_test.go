@@ -260,7 +260,7 @@ func TestExecStdinAndOptionsThroughANonOwner(t *testing.T) {
 	}
 	t.Logf("%d MiB of stdin through a non-owner in %s (%.0f MiB/s)", stdinSize>>20, took.Round(time.Millisecond), float64(stdinSize>>20)/took.Seconds())
 
-	r := run(t, bin, front, "sandbox", "exec", "far", "--workdir", "/tmp", "--env", "GREETING=hi there", "-e", "N=2", "--user", "1234:5678",
+	r := run(t, bin, front, "sandbox", "exec", "far", "--workdir", "/tmp", "--env", "GREETING=hi there", "--env", "N=2", "--user", "1234:5678",
 		"--", "sh", "-c", `echo "$(pwd) $GREETING $N $(id -u):$(id -g)"`).must(t, 0, "exec with options")
 	if r.stdout != "/tmp hi there 2 1234:5678\n" {
 		t.Fatalf("exec with options printed %q", r.stdout)
