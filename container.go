@@ -1,6 +1,9 @@
 package shoal
 
-import "time"
+import (
+	"io"
+	"time"
+)
 
 // The container runtime's vocabulary, owned by shoal rather than by any
 // engine adapter: the agent and the API server depend on interfaces over
@@ -99,3 +102,43 @@ type ReapedExec struct {
 	PID     int    // in the container's pid namespace
 	Command string // the process's name
 }
+
+// ExecSpec is a command to run in a running container (an exec).
+type ExecSpec struct {
+	Command []string
+	// Env is added to the container's environment ("K=V").
+	Env []string
+	// WorkDir, if set, is the command's working directory.
+	WorkDir string
+	// User, if set, is "UID" or "UID:GID".
+	User string
+	// TTY runs the command on a terminal: its output is one stream,
+	// written to stdout.
+	TTY bool
+	// Size is the terminal's initial size (TTY only; zero: the engine's).
+	Size TermSize
+	// Resize carries the terminal's later sizes (TTY only; may be nil).
+	// Exec reads it until the command ends; it is never closed by Exec.
+	Resize <-chan TermSize
+	// Timeout, if positive, kills the command's process group at this
+	// deadline; the result is then ExitTimedOut, marked TimedOut.
+	Timeout time.Duration
+	// Stdin, if not nil, is copied to the command's standard input, which
+	// is closed at its EOF. Exec closes Stdin once the command has ended,
+	// so that a read blocked on it returns.
+	Stdin io.ReadCloser
+}
+
+// TermSize is a terminal's size in characters.
+type TermSize struct{ Rows, Cols uint }
+
+// ExecResult is how an exec ended.
+type ExecResult struct {
+	ExitCode int
+	// TimedOut: the spec's Timeout killed it (ExitCode is ExitTimedOut).
+	TimedOut bool
+}
+
+// ExitTimedOut is the exit code of a command killed at its deadline, as
+// timeout(1)'s.
+const ExitTimedOut = 124

@@ -32,13 +32,14 @@ var methodRoles = map[string][]pki.Role{
 	// Running sandboxes: operators. Exec and logs reach into containers
 	// that hold credentials: not for viewers. Forwarded exec and logs
 	// come from nodes.
-	"/shoal.v1.Shoal/CreateSandbox":  operators,
-	"/shoal.v1.Shoal/UpdateSandbox":  operators,
-	"/shoal.v1.Shoal/DeleteSandbox":  operators,
-	"/shoal.v1.Shoal/Exec":           operators,
-	"/shoal.v1.Shoal/Logs":           operators,
-	"/shoal.v1.Shoal/AttachProvider": operators,
-	"/shoal.v1.Shoal/DetachProvider": operators,
+	"/shoal.v1.Shoal/CreateSandbox":   operators,
+	"/shoal.v1.Shoal/UpdateSandbox":   operators,
+	"/shoal.v1.Shoal/DeleteSandbox":   operators,
+	"/shoal.v1.Shoal/Exec":            operators,
+	"/shoal.v1.Shoal/ExecInteractive": operators,
+	"/shoal.v1.Shoal/Logs":            operators,
+	"/shoal.v1.Shoal/AttachProvider":  operators,
+	"/shoal.v1.Shoal/DetachProvider":  operators,
 	// Credentials and the cluster itself: admins (and nodes: a joining
 	// node adds and promotes its own member).
 	"/shoal.v1.Shoal/CreateProvider":        admins,

@@ -413,52 +413,6 @@ func (s *Server) runningContainer(sb *shoalv1.Sandbox, running bool) (string, er
 	return id, nil
 }
 
-func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer) error {
-	if err := validateRef(req.Workspace, req.Name); err != nil {
-		return err
-	}
-	if len(req.Command) == 0 {
-		return shoal.Invalid("command", "is required")
-	}
-	if err := validCommand("command", req.Command); err != nil {
-		return err
-	}
-	ctx := stream.Context()
-	id, remote, err := s.container(ctx, req.Workspace, req.Name, true)
-	if err != nil {
-		return err
-	}
-	release, err := s.execs.acquire()
-	if err != nil {
-		return err
-	}
-	defer release()
-	if remote != nil {
-		// Cancelling the call's context (the caller went away) ends the
-		// owner's call, and the owner kills the command. An owner that
-		// dies kills nothing; it reaps the exec when it is back
-		// (agent/execs.go).
-		fwd, err := remote.client.Exec(remote.ctx, req)
-		if err != nil {
-			return err
-		}
-		return relay(remote, s.cfg.Node, "exec", fwd, stream.Send)
-	}
-	// The output has no total cap: it streams in chunks of at most
-	// MaxChunk as it is produced, and gRPC flow control holds the command
-	// back while the client is slow. If the call ends early the runtime
-	// kills the command (the stream's context ends with the call, or at
-	// Shutdown).
-	send := func(c *shoalv1.ExecChunk) error { return stream.Send(c) }
-	code, err := s.cfg.Runtime.Exec(ctx, id, req.Command, req.Stdin,
-		&chunkWriter[*shoalv1.ExecChunk]{send: send, wrap: execChunk("stdout")},
-		&chunkWriter[*shoalv1.ExecChunk]{send: send, wrap: execChunk("stderr")})
-	if err != nil {
-		return err
-	}
-	return stream.Send(&shoalv1.ExecChunk{Exited: true, ExitCode: int32(code)})
-}
-
 func execChunk(name string) func([]byte) *shoalv1.ExecChunk {
 	return func(b []byte) *shoalv1.ExecChunk { return &shoalv1.ExecChunk{Data: b, Stream: name} }
 }

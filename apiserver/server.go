@@ -27,7 +27,7 @@ import (
 
 // Runtime is what the API needs of the node's container runtime.
 type Runtime interface {
-	Exec(ctx context.Context, id string, cmd []string, stdin []byte, stdout, stderr io.Writer) (int, error)
+	Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdout, stderr io.Writer) (shoal.ExecResult, error)
 	Logs(ctx context.Context, id string, follow bool, tail int, stdout, stderr io.Writer) error
 }
 

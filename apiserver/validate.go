@@ -186,6 +186,8 @@ func reservedEnv(k string) string {
 		return "LD_* variables steer the dynamic loader of every program in the container (LD_PRELOAD, LD_LIBRARY_PATH, ...); set them in the image or in the command itself"
 	case k == "SHOAL_SANDBOX" || k == "SHOAL_WORKSPACE":
 		return "shoal sets it to the sandbox's own name or workspace"
+	case k == shoal.ExecEnv:
+		return "shoal marks the processes of its execs with it"
 	}
 	return ""
 }

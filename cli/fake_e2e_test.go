@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"net"
 	"os"
@@ -375,24 +374,5 @@ func TestExecStreamThroughBinary(t *testing.T) {
 		t.Fatalf("exec failing mid-stream: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
 
-	// More than 1 MiB on --stdin is refused, not cut short.
-	r = runWith(t, bin, ep, runOpts{stdin: strings.Repeat("i", 1<<20+1)}, "sandbox", "exec", "sb", "--stdin", "--", "cat")
-	if r.code != cli.ExitUsage || !strings.Contains(r.stderr, "larger than") {
-		t.Fatalf("exec with 1 MiB+1 of stdin: exit %d, stderr %q", r.code, r.stderr)
-	}
-	// Exactly 1 MiB goes through unchanged.
-	in := strings.Repeat("i", 1<<20)
-	f.set(func(f *fakeShoal) {
-		f.exec = func(r *shoalv1.ExecRequest, s grpc.ServerStreamingServer[shoalv1.ExecChunk]) error {
-			sum := sha256.Sum256(r.Stdin)
-			if err := send(s, "stdout", string(sum[:])); err != nil {
-				return err
-			}
-			return s.Send(&shoalv1.ExecChunk{Exited: true})
-		}
-	})
-	r = runWith(t, bin, ep, runOpts{stdin: in}, "sandbox", "exec", "sb", "--stdin", "--", "cat")
-	if sum := sha256.Sum256([]byte(in)); r.code != 0 || r.stdout != string(sum[:]) {
-		t.Fatalf("exec with 1 MiB of stdin: exit %d, stderr %q; stdin did not arrive intact", r.code, r.stderr)
-	}
+	// --stdin streams (ExecInteractive, no size limit): cli/iexec_e2e_test.go.
 }

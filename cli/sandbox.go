@@ -28,7 +28,7 @@ func (a *app) sandboxCmd() *cli.Command {
 		Before:  func(*cli.Context) error { a.kind = "sandbox"; return nil },
 		Subcommands: []*cli.Command{
 			a.sandboxCreate(), a.sandboxGet(), a.sandboxList(), a.sandboxLabel(), a.sandboxDelete(),
-			a.sandboxExec(), a.sandboxLogs(), a.sandboxWatch(), a.sandboxAttach(true), a.sandboxAttach(false),
+			a.sandboxExec(), a.sandboxShell(), a.sandboxLogs(), a.sandboxWatch(), a.sandboxAttach(true), a.sandboxAttach(false),
 		},
 	}
 }
@@ -323,65 +323,14 @@ decodes) is removed by name too.
 // calls, 200ms, 400ms and 800ms apart.
 var createRetry = backoff.Policy{Initial: 200 * time.Millisecond, Max: 800 * time.Millisecond, Attempts: 4}
 
-func (a *app) sandboxExec() *cli.Command {
-	return &cli.Command{
-		Name:      "exec",
-		Usage:     "run a command in a sandbox",
-		ArgsUsage: "NAME -- CMD ARGS...",
-		Description: `Runs the command in the sandbox's container and prints its output as it
-arrives: the command's stdout to stdout, its stderr to stderr. There is no
-limit on the output's size. shoal exits with the command's exit code; if the
-connection ends before that code arrives, shoal says so and exits 1 (the
-output may then be incomplete). --stdin sends up to 1 MiB of standard input.
-
-  shoal sandbox exec agent -- env
-  shoal sandbox exec agent -- sh -c 'cat big.log' > big.log`,
-		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "send standard input (at most 1 MiB) to the command"},
-		},
-		Action: func(c *cli.Context) error {
-			if c.NArg() < 2 {
-				return usageError("sandbox exec takes NAME -- CMD ARGS...")
-			}
-			var in []byte
-			if c.Bool("stdin") {
-				b, err := io.ReadAll(io.LimitReader(a.stdin, maxExecStdin+1))
-				if err != nil {
-					return err
-				}
-				if len(b) > maxExecStdin {
-					// Truncating would run the command on input it was not given.
-					return usageError("--stdin: standard input is larger than %d bytes; copy big inputs in with several calls or mount them instead", maxExecStdin)
-				}
-				in = b
-			}
-			api, err := a.api()
-			if err != nil {
-				return err
-			}
-			name := c.Args().First()
-			// Cancelled on return: execOutput stops reading at the exit
-			// code, and the cancel releases the rest of the call.
-			ctx, cancel := context.WithCancel(c.Context)
-			defer cancel()
-			stream, err := api.Exec(ctx, &shoalv1.ExecRequest{Workspace: a.workspace, Name: name, Command: c.Args().Tail(), Stdin: in})
-			if err != nil {
-				return err
-			}
-			return a.execOutput(ctx, name, stream)
-		},
-	}
-}
-
-// maxExecStdin bounds what exec --stdin sends, in one request message.
-const maxExecStdin = 1 << 20
-
 // execOutput writes the output chunks of an exec stream as they arrive and
 // returns the command's exit code as an error (nil for 0). The last chunk
 // carries the exit code and follows all output, so the output is complete
 // once it arrives; a stream that ends without it is an error, never a
 // success, since the output may be cut short.
-func (a *app) execOutput(ctx context.Context, name string, stream shoalv1.Shoal_ExecClient) error {
+func (a *app) execOutput(ctx context.Context, name string, stream interface {
+	Recv() (*shoalv1.ExecChunk, error)
+}) error {
 	var exit *shoalv1.ExecChunk
 	for exit == nil {
 		chunk, err := stream.Recv()
@@ -412,6 +361,8 @@ func (a *app) execOutput(ctx context.Context, name string, stream shoalv1.Shoal_
 			hint: "the connection or the node failed; the command may have run anyway. Check `shoal sandbox get " + name + "` and run it again if it is safe to"}
 	}
 	switch code := exit.ExitCode; {
+	case exit.TimedOut:
+		return &exitError{code: int(code), msg: "exec: the command ran out of its --timeout; its process group was killed"}
 	case code == 0:
 		return nil
 	case code < 0 || code > 255:

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -617,45 +618,60 @@ const ExecEnv = shoal.ExecEnv
 // KillTimeout bounds the kill of an exec whose caller went away.
 const KillTimeout = 10 * time.Second
 
-// Exec runs cmd in the container, copying its output to stdout and stderr
-// as it is produced, and returns its exit code. When ctx ends before the
-// command does, or its output can no longer be delivered, the command and
-// its process group are killed before Exec returns.
-func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin []byte, stdout, stderr io.Writer) (int, error) {
-	ex, err := r.cli.ContainerExecCreate(ctx, id, container.ExecOptions{
-		Cmd:          append([]string{"/bin/sh", "-c", execWrapper, "shoal-exec"}, cmd...),
-		Env:          []string{ExecEnv + "=" + r.token},
-		AttachStdout: true, AttachStderr: true, AttachStdin: len(stdin) > 0,
+// Exec runs the spec's command in the container, copying its output to
+// stdout and stderr as it is produced (all to stdout with a TTY), and
+// returns its exit code. When ctx ends before the command does, or its
+// output can no longer be delivered, the command and its process group are
+// killed before Exec returns; at the spec's Timeout they are killed too,
+// and the result is ExitTimedOut.
+func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdout, stderr io.Writer) (shoal.ExecResult, error) {
+	closeStdin := sync.OnceFunc(func() {
+		if spec.Stdin != nil {
+			spec.Stdin.Close()
+		}
 	})
+	defer closeStdin()
+	opts := container.ExecOptions{
+		Cmd:          append([]string{"/bin/sh", "-c", execWrapper, "shoal-exec"}, spec.Command...),
+		Env:          append(slices.Clone(spec.Env), ExecEnv+"="+r.token),
+		User:         spec.User,
+		WorkingDir:   spec.WorkDir,
+		Tty:          spec.TTY,
+		AttachStdout: true, AttachStderr: true, AttachStdin: spec.Stdin != nil,
+	}
+	if spec.TTY && spec.Size.Rows > 0 && spec.Size.Cols > 0 {
+		opts.ConsoleSize = &[2]uint{spec.Size.Rows, spec.Size.Cols}
+	}
+	ex, err := r.cli.ContainerExecCreate(ctx, id, opts)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
-			return 0, shoal.FailedPrecondition("container is not running: %s", daemonText(err))
+			return shoal.ExecResult{}, shoal.FailedPrecondition("container is not running: %s", daemonText(err))
 		}
 		if u := r.unreachable(err); u != err {
-			return 0, u
+			return shoal.ExecResult{}, u
 		}
-		return 0, fmt.Errorf("exec create: %w", err)
+		return shoal.ExecResult{}, fmt.Errorf("exec create: %w", err)
 	}
 	// Attaching starts the process. It must not be cut short by ctx: a
 	// process started by an attach whose answer never arrived could not
 	// be killed. A cancelled ctx is handled right after.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillTimeout)
-	att, err := r.cli.ContainerExecAttach(actx, ex.ID, container.ExecAttachOptions{})
+	att, err := r.cli.ContainerExecAttach(actx, ex.ID, container.ExecAttachOptions{Tty: spec.TTY, ConsoleSize: opts.ConsoleSize})
 	cancel()
 	if err != nil {
-		return 0, fmt.Errorf("exec attach: %w", err)
+		return shoal.ExecResult{}, fmt.Errorf("exec attach: %w", err)
+	}
+	var timeout <-chan time.Time
+	if spec.Timeout > 0 {
+		t := time.NewTimer(spec.Timeout)
+		defer t.Stop()
+		timeout = t.C
 	}
 	var wg sync.WaitGroup
-	defer wg.Wait() // after att.Close below: closing the connection ends both copies
+	defer wg.Wait() // after att.Close below: closing the connection ends every copy
 	defer att.Close()
-	if len(stdin) > 0 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = att.Conn.Write(stdin)
-			_ = att.CloseWrite()
-		}()
-	}
+	// Before the wait too: the copy of stdin may be blocked reading it.
+	defer closeStdin()
 	pw := &pidWriter{w: stdout, known: make(chan struct{})}
 	var copyErr error
 	ended := make(chan struct{}) // closed when the output copy has returned
@@ -663,8 +679,44 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin []byt
 	go func() {
 		defer wg.Done()
 		defer close(ended)
+		if spec.TTY {
+			_, copyErr = io.Copy(pw, att.Reader)
+			return
+		}
 		_, copyErr = stdcopy.StdCopy(pw, stderr, att.Reader)
 	}()
+	if spec.Stdin != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Input waits for the wrapper's pid line: a terminal echoes
+			// what it reads, and the echo must not come before the pid.
+			select {
+			case <-pw.known:
+			case <-ended:
+				return
+			}
+			_, _ = io.Copy(att.Conn, spec.Stdin)
+			_ = att.CloseWrite()
+		}()
+	}
+	if spec.TTY && spec.Resize != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ended:
+					return
+				case sz := <-spec.Resize:
+					err := r.cli.ContainerExecResize(ctx, ex.ID, container.ResizeOptions{Height: sz.Rows, Width: sz.Cols})
+					if err != nil && ctx.Err() == nil {
+						r.log.Debug("exec resize", "container", id[:min(12, len(id))], "err", err)
+					}
+				}
+			}
+		}()
+	}
 
 	select {
 	case <-ended:
@@ -675,33 +727,36 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, stdin []byt
 			r.killExec(ctx, id, ex.ID, pw, ended)
 			switch {
 			case ctx.Err() != nil:
-				return 0, ctx.Err()
+				return shoal.ExecResult{}, ctx.Err()
 			case pw.err != nil:
-				return 0, pw.err
+				return shoal.ExecResult{}, pw.err
 			}
-			return 0, fmt.Errorf("exec output: %w", copyErr)
+			return shoal.ExecResult{}, fmt.Errorf("exec output: %w", copyErr)
 		}
 	case <-ctx.Done():
 		r.killExec(ctx, id, ex.ID, pw, ended)
-		return 0, ctx.Err()
+		return shoal.ExecResult{}, ctx.Err()
+	case <-timeout:
+		r.killExec(ctx, id, ex.ID, pw, ended)
+		return shoal.ExecResult{ExitCode: shoal.ExitTimedOut, TimedOut: true}, nil
 	}
 	if pw.err != nil {
-		return 0, pw.err
+		return shoal.ExecResult{}, pw.err
 	}
 	// The output ends when the process has exited; the exit code may be
 	// recorded a moment later.
 	for {
 		ins, err := r.cli.ContainerExecInspect(ctx, ex.ID)
 		if err != nil {
-			return 0, fmt.Errorf("exec inspect: %w", err)
+			return shoal.ExecResult{}, fmt.Errorf("exec inspect: %w", err)
 		}
 		if !ins.Running {
-			return ins.ExitCode, nil
+			return shoal.ExecResult{ExitCode: ins.ExitCode}, nil
 		}
 		select {
 		case <-ctx.Done():
 			r.killExec(ctx, id, ex.ID, pw, ended)
-			return 0, ctx.Err()
+			return shoal.ExecResult{}, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -918,7 +973,8 @@ func (p *pidWriter) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	p.line = append(p.line, b[:i]...)
-	pid, err := strconv.Atoi(string(p.line))
+	// A terminal ends the line with \r\n.
+	pid, err := strconv.Atoi(string(bytes.TrimSuffix(p.line, []byte("\r"))))
 	if err != nil || pid <= 0 {
 		return 0, p.fail()
 	}

@@ -184,7 +184,7 @@ func TestExecKilledWhenContextEnds(t *testing.T) {
 	out := &signalWriter{on: "started", signal: started}
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.Exec(ectx, id, []string{"sh", "-c", "echo started; exec sleep 300"}, nil, out, &strings.Builder{})
+		_, err := r.Exec(ectx, id, shoal.ExecSpec{Command: []string{"sh", "-c", "echo started; exec sleep 300"}}, out, &strings.Builder{})
 		done <- err
 	}()
 	select {
@@ -199,7 +199,7 @@ func TestExecKilledWhenContextEnds(t *testing.T) {
 		t.Fatalf("Exec after cancel: %v", err)
 	}
 	var ps strings.Builder
-	if _, err := r.Exec(ctx, id, []string{"ps"}, nil, &ps, &ps); err != nil {
+	if _, err := r.Exec(ctx, id, shoal.ExecSpec{Command: []string{"ps"}}, &ps, &ps); err != nil {
 		t.Fatal(err)
 	}
 	// Exec returns only after the kill has run.
@@ -272,8 +272,8 @@ func TestReapExecsKillsOnlyAnEarlierRunsExecs(t *testing.T) {
 		up := make(chan struct{})
 		done := make(chan ended, 1)
 		go func() {
-			code, err := r.Exec(ectx, id, []string{"sh", "-c", cmd}, nil, &signalWriter{on: "started", signal: up}, &strings.Builder{})
-			done <- ended{code, err}
+			res, err := r.Exec(ectx, id, shoal.ExecSpec{Command: []string{"sh", "-c", cmd}}, &signalWriter{on: "started", signal: up}, &strings.Builder{})
+			done <- ended{res.ExitCode, err}
 		}()
 		select {
 		case <-up:
@@ -287,8 +287,8 @@ func TestReapExecsKillsOnlyAnEarlierRunsExecs(t *testing.T) {
 	// The earlier run's exec, with a child in its process group.
 	orphaned := started(earlier, "sleep 4001 & echo started; sleep 4002")
 	// A finished exec of the earlier run that left a process running.
-	if code, err := earlier.Exec(ctx, id, []string{"sh", "-c", "sleep 4003 </dev/null >/dev/null 2>&1 &"}, nil, io.Discard, io.Discard); err != nil || code != 0 {
-		t.Fatalf("exec leaving a background process: %d %v", code, err)
+	if res, err := earlier.Exec(ctx, id, shoal.ExecSpec{Command: []string{"sh", "-c", "sleep 4003 </dev/null >/dev/null 2>&1 &"}}, io.Discard, io.Discard); err != nil || res.ExitCode != 0 {
+		t.Fatalf("exec leaving a background process: %d %v", res.ExitCode, err)
 	}
 	// This run's exec.
 	own := started(cur, "echo started; exec sleep 4004")
@@ -345,7 +345,7 @@ func TestReapExecsKillsOnlyAnEarlierRunsExecs(t *testing.T) {
 func processes(t *testing.T, r *docker.Runtime, id string) string {
 	t.Helper()
 	var ps strings.Builder
-	if _, err := r.Exec(context.Background(), id, []string{"ps", "-o", "pid,ppid,args"}, nil, &ps, &ps); err != nil {
+	if _, err := r.Exec(context.Background(), id, shoal.ExecSpec{Command: []string{"ps", "-o", "pid,ppid,args"}}, &ps, &ps); err != nil {
 		t.Fatal(err)
 	}
 	return ps.String()

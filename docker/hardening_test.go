@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"shoal"
 	"shoal/docker"
 	"shoal/internal/testenv"
 )
@@ -88,8 +89,8 @@ func TestSandboxContainerIsHardened(t *testing.T) {
 // execOut runs a command in a container and returns its stdout.
 func execOut(ctx context.Context, r *docker.Runtime, id string, cmd ...string) (string, int, error) {
 	var out, errb strings.Builder
-	code, err := r.Exec(ctx, id, cmd, nil, &out, &errb)
-	return out.String() + errb.String(), code, err
+	res, err := r.Exec(ctx, id, shoal.ExecSpec{Command: cmd}, &out, &errb)
+	return out.String() + errb.String(), res.ExitCode, err
 }
 
 // A sandbox that writes far more than its log bound keeps only about the

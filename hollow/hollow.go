@@ -276,8 +276,16 @@ func (r *Runtime) Kill(id string, code int) {
 // Exec runs one of the commands a hollow container knows: true (0), false
 // (1) and env (its whole environment on stdout, 0; its arguments are not
 // read); anything else is 127 with a line on stderr, as a shell says of a
-// missing command.
-func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, _ []byte, stdout, stderr io.Writer) (int, error) {
+// missing command. The spec's other fields are not simulated.
+func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdout, stderr io.Writer) (shoal.ExecResult, error) {
+	if spec.Stdin != nil {
+		defer spec.Stdin.Close()
+	}
+	code, err := r.exec(ctx, id, spec.Command, stdout, stderr)
+	return shoal.ExecResult{ExitCode: code}, err
+}
+
+func (r *Runtime) exec(ctx context.Context, id string, cmd []string, stdout, stderr io.Writer) (int, error) {
 	if err := r.wait(ctx); err != nil {
 		return 0, err
 	}

@@ -59,16 +59,16 @@ func TestHollowContainerLifecycle(t *testing.T) {
 	}{{"true", 0}, {"false", 1}, {"env", 0}, {"ls", 127}} {
 		out.Reset()
 		errb.Reset()
-		code, err := r.Exec(ctx, id, []string{tc.cmd}, nil, &out, &errb)
-		if err != nil || code != tc.code {
-			t.Errorf("exec %s: %d %v, want %d", tc.cmd, code, err, tc.code)
+		res, err := r.Exec(ctx, id, shoal.ExecSpec{Command: []string{tc.cmd}}, &out, &errb)
+		if err != nil || res.ExitCode != tc.code {
+			t.Errorf("exec %s: %d %v, want %d", tc.cmd, res.ExitCode, err, tc.code)
 		}
 	}
 	if !strings.Contains(errb.String(), "ls: not found") {
 		t.Errorf("exec of an unknown command: stderr %q", errb.String())
 	}
 	out.Reset()
-	if _, err := r.Exec(ctx, id, []string{"env"}, nil, &out, &errb); err != nil || out.String() != "NVIDIA_API_KEY=k1\nMODE=x\n" {
+	if _, err := r.Exec(ctx, id, shoal.ExecSpec{Command: []string{"env"}}, &out, &errb); err != nil || out.String() != "NVIDIA_API_KEY=k1\nMODE=x\n" {
 		t.Errorf("exec env: %q %v", out.String(), err)
 	}
 
@@ -81,7 +81,7 @@ func TestHollowContainerLifecycle(t *testing.T) {
 	if st, _ := r.Inspect(ctx, id); !st.Running || !st.Paused {
 		t.Errorf("after pause: %+v", st)
 	}
-	if _, err := r.Exec(ctx, id, []string{"true"}, nil, &out, &errb); shoal.KindOf(err) != shoal.KindFailedPrecondition {
+	if _, err := r.Exec(ctx, id, shoal.ExecSpec{Command: []string{"true"}}, &out, &errb); shoal.KindOf(err) != shoal.KindFailedPrecondition {
 		t.Errorf("exec in a paused container: %v, want FAILED_PRECONDITION", err)
 	}
 	if err := r.Pause(ctx, id); err != nil {
@@ -101,7 +101,7 @@ func TestHollowContainerLifecycle(t *testing.T) {
 	if st, _ := r.Inspect(ctx, id); st.Running || st.ExitCode != 137 || st.Status != "exited" {
 		t.Errorf("after kill: %+v", st)
 	}
-	if _, err := r.Exec(ctx, id, []string{"true"}, nil, &out, &errb); shoal.KindOf(err) != shoal.KindFailedPrecondition {
+	if _, err := r.Exec(ctx, id, shoal.ExecSpec{Command: []string{"true"}}, &out, &errb); shoal.KindOf(err) != shoal.KindFailedPrecondition {
 		t.Errorf("exec in an exited container: %v", err)
 	}
 	if err := r.Remove(ctx, "u1"); err != nil {

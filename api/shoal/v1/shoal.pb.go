@@ -15,6 +15,7 @@ package shoalv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1425,11 +1426,28 @@ func (x *WatchEvent) GetResourceVersion() int64 {
 }
 
 type ExecRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workspace     string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Command       []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
-	Stdin         []byte                 `protobuf:"bytes,4,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Command   []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	// Exec only: the whole standard input, in this message. ExecInteractive
+	// streams it instead.
+	Stdin []byte `protobuf:"bytes,4,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// The working directory (absolute); empty: the image's.
+	Workdir string `protobuf:"bytes,5,opt,name=workdir,proto3" json:"workdir,omitempty"`
+	// Added to the container's environment for this command; validated as
+	// the sandbox spec's env is.
+	Env map[string]string `protobuf:"bytes,6,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// If set, the process group is killed at this deadline and the exit code
+	// is 124, as timeout(1)'s.
+	Timeout *durationpb.Duration `protobuf:"bytes,7,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// "UID" or "UID:GID" (numbers); empty: the image's user.
+	User string `protobuf:"bytes,8,opt,name=user,proto3" json:"user,omitempty"`
+	// Run the command on a terminal: one output stream ("stdout"), the
+	// terminal's line discipline (Ctrl-C is a byte that interrupts).
+	Tty bool `protobuf:"varint,9,opt,name=tty,proto3" json:"tty,omitempty"`
+	// The terminal's initial size (tty only; unset: the engine's default).
+	TerminalSize  *TerminalSize `protobuf:"bytes,10,opt,name=terminal_size,json=terminalSize,proto3" json:"terminal_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1492,6 +1510,219 @@ func (x *ExecRequest) GetStdin() []byte {
 	return nil
 }
 
+func (x *ExecRequest) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+func (x *ExecRequest) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+func (x *ExecRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ExecRequest) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ExecRequest) GetTerminalSize() *TerminalSize {
+	if x != nil {
+		return x.TerminalSize
+	}
+	return nil
+}
+
+type TerminalSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TerminalSize) Reset() {
+	*x = TerminalSize{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TerminalSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TerminalSize) ProtoMessage() {}
+
+func (x *TerminalSize) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
+func (*TerminalSize) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *TerminalSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *TerminalSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+// ExecInput is one message from the client of an ExecInteractive call.
+type ExecInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Input:
+	//
+	//	*ExecInput_Start
+	//	*ExecInput_Stdin
+	//	*ExecInput_CloseStdin
+	//	*ExecInput_Resize
+	Input         isExecInput_Input `protobuf_oneof:"input"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecInput) Reset() {
+	*x = ExecInput{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecInput) ProtoMessage() {}
+
+func (x *ExecInput) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecInput.ProtoReflect.Descriptor instead.
+func (*ExecInput) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ExecInput) GetInput() isExecInput_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *ExecInput) GetStart() *ExecRequest {
+	if x != nil {
+		if x, ok := x.Input.(*ExecInput_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *ExecInput) GetStdin() []byte {
+	if x != nil {
+		if x, ok := x.Input.(*ExecInput_Stdin); ok {
+			return x.Stdin
+		}
+	}
+	return nil
+}
+
+func (x *ExecInput) GetCloseStdin() bool {
+	if x != nil {
+		if x, ok := x.Input.(*ExecInput_CloseStdin); ok {
+			return x.CloseStdin
+		}
+	}
+	return false
+}
+
+func (x *ExecInput) GetResize() *TerminalSize {
+	if x != nil {
+		if x, ok := x.Input.(*ExecInput_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+type isExecInput_Input interface {
+	isExecInput_Input()
+}
+
+type ExecInput_Start struct {
+	// The first message, and only the first.
+	Start *ExecRequest `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type ExecInput_Stdin struct {
+	// Bytes of standard input, at most 1 MiB a message.
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"`
+}
+
+type ExecInput_CloseStdin struct {
+	// End of standard input (the command reads EOF).
+	CloseStdin bool `protobuf:"varint,3,opt,name=close_stdin,json=closeStdin,proto3,oneof"`
+}
+
+type ExecInput_Resize struct {
+	// The terminal's new size (tty only).
+	Resize *TerminalSize `protobuf:"bytes,4,opt,name=resize,proto3,oneof"`
+}
+
+func (*ExecInput_Start) isExecInput_Input() {}
+
+func (*ExecInput_Stdin) isExecInput_Input() {}
+
+func (*ExecInput_CloseStdin) isExecInput_Input() {}
+
+func (*ExecInput_Resize) isExecInput_Input() {}
+
 type ExecChunk struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Output bytes, at most 64 KiB a chunk.
@@ -1499,15 +1730,18 @@ type ExecChunk struct {
 	// "stdout" or "stderr" for output chunks; empty on the final chunk.
 	Stream string `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
 	// Set on the last chunk only: the command has exited with exit_code.
-	Exited        bool  `protobuf:"varint,3,opt,name=exited,proto3" json:"exited,omitempty"`
-	ExitCode      int32 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Exited   bool  `protobuf:"varint,3,opt,name=exited,proto3" json:"exited,omitempty"`
+	ExitCode int32 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// Set with exited when the request's timeout killed the command (the
+	// exit code is then 124).
+	TimedOut      bool `protobuf:"varint,5,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecChunk) Reset() {
 	*x = ExecChunk{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[18]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1753,7 @@ func (x *ExecChunk) String() string {
 func (*ExecChunk) ProtoMessage() {}
 
 func (x *ExecChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[18]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1766,7 @@ func (x *ExecChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecChunk.ProtoReflect.Descriptor instead.
 func (*ExecChunk) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{18}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecChunk) GetData() []byte {
@@ -1563,6 +1797,13 @@ func (x *ExecChunk) GetExitCode() int32 {
 	return 0
 }
 
+func (x *ExecChunk) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
+}
+
 type LogsRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
@@ -1576,7 +1817,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[19]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1829,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[19]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1842,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{19}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *LogsRequest) GetWorkspace() string {
@@ -1643,7 +1884,7 @@ type LogsChunk struct {
 
 func (x *LogsChunk) Reset() {
 	*x = LogsChunk{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[20]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1655,7 +1896,7 @@ func (x *LogsChunk) String() string {
 func (*LogsChunk) ProtoMessage() {}
 
 func (x *LogsChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[20]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1668,7 +1909,7 @@ func (x *LogsChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsChunk.ProtoReflect.Descriptor instead.
 func (*LogsChunk) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{20}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LogsChunk) GetData() []byte {
@@ -1696,7 +1937,7 @@ type AttachProviderRequest struct {
 
 func (x *AttachProviderRequest) Reset() {
 	*x = AttachProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[21]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1949,7 @@ func (x *AttachProviderRequest) String() string {
 func (*AttachProviderRequest) ProtoMessage() {}
 
 func (x *AttachProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[21]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1962,7 @@ func (x *AttachProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachProviderRequest.ProtoReflect.Descriptor instead.
 func (*AttachProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{21}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AttachProviderRequest) GetWorkspace() string {
@@ -1756,7 +1997,7 @@ type DetachProviderRequest struct {
 
 func (x *DetachProviderRequest) Reset() {
 	*x = DetachProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[22]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +2009,7 @@ func (x *DetachProviderRequest) String() string {
 func (*DetachProviderRequest) ProtoMessage() {}
 
 func (x *DetachProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[22]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +2022,7 @@ func (x *DetachProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetachProviderRequest.ProtoReflect.Descriptor instead.
 func (*DetachProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{22}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DetachProviderRequest) GetWorkspace() string {
@@ -1814,7 +2055,7 @@ type CreateProviderRequest struct {
 
 func (x *CreateProviderRequest) Reset() {
 	*x = CreateProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[23]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1826,7 +2067,7 @@ func (x *CreateProviderRequest) String() string {
 func (*CreateProviderRequest) ProtoMessage() {}
 
 func (x *CreateProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[23]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1839,7 +2080,7 @@ func (x *CreateProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProviderRequest.ProtoReflect.Descriptor instead.
 func (*CreateProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{23}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateProviderRequest) GetProvider() *Provider {
@@ -1859,7 +2100,7 @@ type GetProviderRequest struct {
 
 func (x *GetProviderRequest) Reset() {
 	*x = GetProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[24]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2112,7 @@ func (x *GetProviderRequest) String() string {
 func (*GetProviderRequest) ProtoMessage() {}
 
 func (x *GetProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[24]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2125,7 @@ func (x *GetProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProviderRequest.ProtoReflect.Descriptor instead.
 func (*GetProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{24}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetProviderRequest) GetWorkspace() string {
@@ -1912,7 +2153,7 @@ type ListProvidersRequest struct {
 
 func (x *ListProvidersRequest) Reset() {
 	*x = ListProvidersRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2165,7 @@ func (x *ListProvidersRequest) String() string {
 func (*ListProvidersRequest) ProtoMessage() {}
 
 func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2178,7 @@ func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersRequest.ProtoReflect.Descriptor instead.
 func (*ListProvidersRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{25}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListProvidersRequest) GetWorkspace() string {
@@ -1974,7 +2215,7 @@ type ListProvidersResponse struct {
 
 func (x *ListProvidersResponse) Reset() {
 	*x = ListProvidersResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2227,7 @@ func (x *ListProvidersResponse) String() string {
 func (*ListProvidersResponse) ProtoMessage() {}
 
 func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2240,7 @@ func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersResponse.ProtoReflect.Descriptor instead.
 func (*ListProvidersResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{26}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListProvidersResponse) GetItems() []*Provider {
@@ -2049,7 +2290,7 @@ type UpdateProviderRequest struct {
 
 func (x *UpdateProviderRequest) Reset() {
 	*x = UpdateProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2302,7 @@ func (x *UpdateProviderRequest) String() string {
 func (*UpdateProviderRequest) ProtoMessage() {}
 
 func (x *UpdateProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2315,7 @@ func (x *UpdateProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateProviderRequest.ProtoReflect.Descriptor instead.
 func (*UpdateProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{27}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateProviderRequest) GetProvider() *Provider {
@@ -2132,7 +2373,7 @@ type DeleteProviderRequest struct {
 
 func (x *DeleteProviderRequest) Reset() {
 	*x = DeleteProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2385,7 @@ func (x *DeleteProviderRequest) String() string {
 func (*DeleteProviderRequest) ProtoMessage() {}
 
 func (x *DeleteProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2398,7 @@ func (x *DeleteProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProviderRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{28}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteProviderRequest) GetWorkspace() string {
@@ -2200,7 +2441,7 @@ type DeleteProviderResponse struct {
 
 func (x *DeleteProviderResponse) Reset() {
 	*x = DeleteProviderResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2453,7 @@ func (x *DeleteProviderResponse) String() string {
 func (*DeleteProviderResponse) ProtoMessage() {}
 
 func (x *DeleteProviderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2466,7 @@ func (x *DeleteProviderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProviderResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProviderResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{29}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteProviderResponse) GetDeleted() bool {
@@ -2280,7 +2521,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2292,7 +2533,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2305,7 +2546,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{30}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *Node) GetName() string {
@@ -2419,7 +2660,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2431,7 +2672,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2444,7 +2685,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{31}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *NodeStatus) GetReady() bool {
@@ -2490,7 +2731,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2743,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2756,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{32}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{34}
 }
 
 type ListNodesResponse struct {
@@ -2527,7 +2768,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2780,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2793,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{33}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListNodesResponse) GetItems() []*Node {
@@ -2571,7 +2812,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2824,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +2837,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{34}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetNodeRequest) GetName() string {
@@ -2617,7 +2858,7 @@ type CordonNodeRequest struct {
 
 func (x *CordonNodeRequest) Reset() {
 	*x = CordonNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2870,7 @@ func (x *CordonNodeRequest) String() string {
 func (*CordonNodeRequest) ProtoMessage() {}
 
 func (x *CordonNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2883,7 @@ func (x *CordonNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CordonNodeRequest.ProtoReflect.Descriptor instead.
 func (*CordonNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{35}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CordonNodeRequest) GetName() string {
@@ -2668,7 +2909,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +2921,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +2934,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{36}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RemoveNodeRequest) GetName() string {
@@ -2713,7 +2954,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2725,7 +2966,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2738,7 +2979,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{37}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RemoveNodeResponse) GetSandboxes() []string {
@@ -2759,7 +3000,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +3012,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +3025,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{38}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DrainNodeRequest) GetName() string {
@@ -2812,7 +3053,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +3065,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +3078,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{39}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -2862,7 +3103,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2874,7 +3115,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2887,7 +3128,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{40}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{42}
 }
 
 type Member struct {
@@ -2911,7 +3152,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3164,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3177,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{41}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Member) GetName() string {
@@ -3034,7 +3275,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3287,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3300,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{42}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ClusterStatus) GetMembers() []*Member {
@@ -3112,7 +3353,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3124,7 +3365,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3137,7 +3378,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{43}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{45}
 }
 
 type ListMembersResponse struct {
@@ -3149,7 +3390,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3161,7 +3402,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3174,7 +3415,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{44}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3196,7 +3437,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3208,7 +3449,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3221,7 +3462,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{45}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *AddMemberRequest) GetName() string {
@@ -3256,7 +3497,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3509,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3522,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{46}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -3308,7 +3549,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3320,7 +3561,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3333,7 +3574,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{47}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RemoveMemberRequest) GetName() string {
@@ -3352,7 +3593,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3364,7 +3605,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3377,7 +3618,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{48}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PromoteMemberRequest) GetName() string {
@@ -3395,7 +3636,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3407,7 +3648,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3420,7 +3661,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{49}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{51}
 }
 
 type RotateEncryptionKeyRequest struct {
@@ -3433,7 +3674,7 @@ type RotateEncryptionKeyRequest struct {
 
 func (x *RotateEncryptionKeyRequest) Reset() {
 	*x = RotateEncryptionKeyRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3445,7 +3686,7 @@ func (x *RotateEncryptionKeyRequest) String() string {
 func (*RotateEncryptionKeyRequest) ProtoMessage() {}
 
 func (x *RotateEncryptionKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3458,7 +3699,7 @@ func (x *RotateEncryptionKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateEncryptionKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateEncryptionKeyRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{50}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RotateEncryptionKeyRequest) GetWorkspace() string {
@@ -3487,7 +3728,7 @@ type RotateEncryptionKeyResponse struct {
 
 func (x *RotateEncryptionKeyResponse) Reset() {
 	*x = RotateEncryptionKeyResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3740,7 @@ func (x *RotateEncryptionKeyResponse) String() string {
 func (*RotateEncryptionKeyResponse) ProtoMessage() {}
 
 func (x *RotateEncryptionKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3753,7 @@ func (x *RotateEncryptionKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateEncryptionKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateEncryptionKeyResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{51}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RotateEncryptionKeyResponse) GetKey() string {
@@ -3559,7 +3800,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3571,7 +3812,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3584,7 +3825,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{52}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -3598,7 +3839,7 @@ var File_shoal_v1_shoal_proto protoreflect.FileDescriptor
 
 const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\n" +
-	"\x14shoal/v1/shoal.proto\x12\bshoal.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xff\x03\n" +
+	"\x14shoal/v1/shoal.proto\x12\bshoal.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xff\x03\n" +
 	"\n" +
 	"ObjectMeta\x12\x10\n" +
 	"\x03uid\x18\x01 \x01(\tR\x03uid\x12\x12\n" +
@@ -3717,17 +3958,38 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"WatchEvent\x12'\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x13.shoal.v1.EventTypeR\x04type\x12+\n" +
 	"\asandbox\x18\x02 \x01(\v2\x11.shoal.v1.SandboxR\asandbox\x12)\n" +
-	"\x10resource_version\x18\x03 \x01(\x03R\x0fresourceVersion\"o\n" +
+	"\x10resource_version\x18\x03 \x01(\x03R\x0fresourceVersion\"\x8b\x03\n" +
 	"\vExecRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
 	"\acommand\x18\x03 \x03(\tR\acommand\x12\x14\n" +
-	"\x05stdin\x18\x04 \x01(\fR\x05stdin\"l\n" +
+	"\x05stdin\x18\x04 \x01(\fR\x05stdin\x12\x18\n" +
+	"\aworkdir\x18\x05 \x01(\tR\aworkdir\x120\n" +
+	"\x03env\x18\x06 \x03(\v2\x1e.shoal.v1.ExecRequest.EnvEntryR\x03env\x123\n" +
+	"\atimeout\x18\a \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12\x12\n" +
+	"\x04user\x18\b \x01(\tR\x04user\x12\x10\n" +
+	"\x03tty\x18\t \x01(\bR\x03tty\x12;\n" +
+	"\rterminal_size\x18\n" +
+	" \x01(\v2\x16.shoal.v1.TerminalSizeR\fterminalSize\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"6\n" +
+	"\fTerminalSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\xb0\x01\n" +
+	"\tExecInput\x12-\n" +
+	"\x05start\x18\x01 \x01(\v2\x15.shoal.v1.ExecRequestH\x00R\x05start\x12\x16\n" +
+	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x12!\n" +
+	"\vclose_stdin\x18\x03 \x01(\bH\x00R\n" +
+	"closeStdin\x120\n" +
+	"\x06resize\x18\x04 \x01(\v2\x16.shoal.v1.TerminalSizeH\x00R\x06resizeB\a\n" +
+	"\x05input\"\x89\x01\n" +
 	"\tExecChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x16\n" +
 	"\x06exited\x18\x03 \x01(\bR\x06exited\x12\x1b\n" +
-	"\texit_code\x18\x04 \x01(\x05R\bexitCode\"v\n" +
+	"\texit_code\x18\x04 \x01(\x05R\bexitCode\x12\x1b\n" +
+	"\ttimed_out\x18\x05 \x01(\bR\btimedOut\"v\n" +
 	"\vLogsRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -3895,7 +4157,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ADDED\x10\x01\x12\f\n" +
 	"\bMODIFIED\x10\x02\x12\v\n" +
-	"\aDELETED\x10\x032\xaa\b\n" +
+	"\aDELETED\x10\x032\xeb\b\n" +
 	"\x05Shoal\x12B\n" +
 	"\rCreateSandbox\x12\x1e.shoal.v1.CreateSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12<\n" +
 	"\n" +
@@ -3904,7 +4166,8 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\rUpdateSandbox\x12\x1e.shoal.v1.UpdateSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12P\n" +
 	"\rDeleteSandbox\x12\x1e.shoal.v1.DeleteSandboxRequest\x1a\x1f.shoal.v1.DeleteSandboxResponse\x12I\n" +
 	"\x0eWatchSandboxes\x12\x1f.shoal.v1.WatchSandboxesRequest\x1a\x14.shoal.v1.WatchEvent0\x01\x124\n" +
-	"\x04Exec\x12\x15.shoal.v1.ExecRequest\x1a\x13.shoal.v1.ExecChunk0\x01\x124\n" +
+	"\x04Exec\x12\x15.shoal.v1.ExecRequest\x1a\x13.shoal.v1.ExecChunk0\x01\x12?\n" +
+	"\x0fExecInteractive\x12\x13.shoal.v1.ExecInput\x1a\x13.shoal.v1.ExecChunk(\x010\x01\x124\n" +
 	"\x04Logs\x12\x15.shoal.v1.LogsRequest\x1a\x13.shoal.v1.LogsChunk0\x01\x12D\n" +
 	"\x0eAttachProvider\x12\x1f.shoal.v1.AttachProviderRequest\x1a\x11.shoal.v1.Sandbox\x12D\n" +
 	"\x0eDetachProvider\x12\x1f.shoal.v1.DetachProviderRequest\x1a\x11.shoal.v1.Sandbox\x12E\n" +
@@ -3942,7 +4205,7 @@ func file_shoal_v1_shoal_proto_rawDescGZIP() []byte {
 }
 
 var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_shoal_v1_shoal_proto_goTypes = []any{
 	(SandboxPhase)(0),                   // 0: shoal.v1.SandboxPhase
 	(ProviderType)(0),                   // 1: shoal.v1.ProviderType
@@ -3965,61 +4228,65 @@ var file_shoal_v1_shoal_proto_goTypes = []any{
 	(*WatchSandboxesRequest)(nil),       // 18: shoal.v1.WatchSandboxesRequest
 	(*WatchEvent)(nil),                  // 19: shoal.v1.WatchEvent
 	(*ExecRequest)(nil),                 // 20: shoal.v1.ExecRequest
-	(*ExecChunk)(nil),                   // 21: shoal.v1.ExecChunk
-	(*LogsRequest)(nil),                 // 22: shoal.v1.LogsRequest
-	(*LogsChunk)(nil),                   // 23: shoal.v1.LogsChunk
-	(*AttachProviderRequest)(nil),       // 24: shoal.v1.AttachProviderRequest
-	(*DetachProviderRequest)(nil),       // 25: shoal.v1.DetachProviderRequest
-	(*CreateProviderRequest)(nil),       // 26: shoal.v1.CreateProviderRequest
-	(*GetProviderRequest)(nil),          // 27: shoal.v1.GetProviderRequest
-	(*ListProvidersRequest)(nil),        // 28: shoal.v1.ListProvidersRequest
-	(*ListProvidersResponse)(nil),       // 29: shoal.v1.ListProvidersResponse
-	(*UpdateProviderRequest)(nil),       // 30: shoal.v1.UpdateProviderRequest
-	(*DeleteProviderRequest)(nil),       // 31: shoal.v1.DeleteProviderRequest
-	(*DeleteProviderResponse)(nil),      // 32: shoal.v1.DeleteProviderResponse
-	(*Node)(nil),                        // 33: shoal.v1.Node
-	(*NodeStatus)(nil),                  // 34: shoal.v1.NodeStatus
-	(*ListNodesRequest)(nil),            // 35: shoal.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 36: shoal.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),              // 37: shoal.v1.GetNodeRequest
-	(*CordonNodeRequest)(nil),           // 38: shoal.v1.CordonNodeRequest
-	(*RemoveNodeRequest)(nil),           // 39: shoal.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 40: shoal.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),            // 41: shoal.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),           // 42: shoal.v1.DrainNodeResponse
-	(*ClusterStatusRequest)(nil),        // 43: shoal.v1.ClusterStatusRequest
-	(*Member)(nil),                      // 44: shoal.v1.Member
-	(*ClusterStatus)(nil),               // 45: shoal.v1.ClusterStatus
-	(*ListMembersRequest)(nil),          // 46: shoal.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),         // 47: shoal.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),            // 48: shoal.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),           // 49: shoal.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),         // 50: shoal.v1.RemoveMemberRequest
-	(*PromoteMemberRequest)(nil),        // 51: shoal.v1.PromoteMemberRequest
-	(*SnapshotRequest)(nil),             // 52: shoal.v1.SnapshotRequest
-	(*RotateEncryptionKeyRequest)(nil),  // 53: shoal.v1.RotateEncryptionKeyRequest
-	(*RotateEncryptionKeyResponse)(nil), // 54: shoal.v1.RotateEncryptionKeyResponse
-	(*SnapshotChunk)(nil),               // 55: shoal.v1.SnapshotChunk
-	nil,                                 // 56: shoal.v1.ObjectMeta.LabelsEntry
-	nil,                                 // 57: shoal.v1.ObjectMeta.AnnotationsEntry
-	nil,                                 // 58: shoal.v1.SandboxSpec.EnvEntry
-	nil,                                 // 59: shoal.v1.SandboxSpec.NodeSelectorEntry
-	nil,                                 // 60: shoal.v1.Provider.CredentialsEntry
-	nil,                                 // 61: shoal.v1.Provider.ConfigEntry
-	nil,                                 // 62: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	nil,                                 // 63: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	nil,                                 // 64: shoal.v1.Node.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 65: google.protobuf.Timestamp
+	(*TerminalSize)(nil),                // 21: shoal.v1.TerminalSize
+	(*ExecInput)(nil),                   // 22: shoal.v1.ExecInput
+	(*ExecChunk)(nil),                   // 23: shoal.v1.ExecChunk
+	(*LogsRequest)(nil),                 // 24: shoal.v1.LogsRequest
+	(*LogsChunk)(nil),                   // 25: shoal.v1.LogsChunk
+	(*AttachProviderRequest)(nil),       // 26: shoal.v1.AttachProviderRequest
+	(*DetachProviderRequest)(nil),       // 27: shoal.v1.DetachProviderRequest
+	(*CreateProviderRequest)(nil),       // 28: shoal.v1.CreateProviderRequest
+	(*GetProviderRequest)(nil),          // 29: shoal.v1.GetProviderRequest
+	(*ListProvidersRequest)(nil),        // 30: shoal.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil),       // 31: shoal.v1.ListProvidersResponse
+	(*UpdateProviderRequest)(nil),       // 32: shoal.v1.UpdateProviderRequest
+	(*DeleteProviderRequest)(nil),       // 33: shoal.v1.DeleteProviderRequest
+	(*DeleteProviderResponse)(nil),      // 34: shoal.v1.DeleteProviderResponse
+	(*Node)(nil),                        // 35: shoal.v1.Node
+	(*NodeStatus)(nil),                  // 36: shoal.v1.NodeStatus
+	(*ListNodesRequest)(nil),            // 37: shoal.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 38: shoal.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),              // 39: shoal.v1.GetNodeRequest
+	(*CordonNodeRequest)(nil),           // 40: shoal.v1.CordonNodeRequest
+	(*RemoveNodeRequest)(nil),           // 41: shoal.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 42: shoal.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),            // 43: shoal.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),           // 44: shoal.v1.DrainNodeResponse
+	(*ClusterStatusRequest)(nil),        // 45: shoal.v1.ClusterStatusRequest
+	(*Member)(nil),                      // 46: shoal.v1.Member
+	(*ClusterStatus)(nil),               // 47: shoal.v1.ClusterStatus
+	(*ListMembersRequest)(nil),          // 48: shoal.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),         // 49: shoal.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),            // 50: shoal.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),           // 51: shoal.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),         // 52: shoal.v1.RemoveMemberRequest
+	(*PromoteMemberRequest)(nil),        // 53: shoal.v1.PromoteMemberRequest
+	(*SnapshotRequest)(nil),             // 54: shoal.v1.SnapshotRequest
+	(*RotateEncryptionKeyRequest)(nil),  // 55: shoal.v1.RotateEncryptionKeyRequest
+	(*RotateEncryptionKeyResponse)(nil), // 56: shoal.v1.RotateEncryptionKeyResponse
+	(*SnapshotChunk)(nil),               // 57: shoal.v1.SnapshotChunk
+	nil,                                 // 58: shoal.v1.ObjectMeta.LabelsEntry
+	nil,                                 // 59: shoal.v1.ObjectMeta.AnnotationsEntry
+	nil,                                 // 60: shoal.v1.SandboxSpec.EnvEntry
+	nil,                                 // 61: shoal.v1.SandboxSpec.NodeSelectorEntry
+	nil,                                 // 62: shoal.v1.Provider.CredentialsEntry
+	nil,                                 // 63: shoal.v1.Provider.ConfigEntry
+	nil,                                 // 64: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	nil,                                 // 65: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	nil,                                 // 66: shoal.v1.ExecRequest.EnvEntry
+	nil,                                 // 67: shoal.v1.Node.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 68: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 69: google.protobuf.Duration
 }
 var file_shoal_v1_shoal_proto_depIdxs = []int32{
-	56, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
-	57, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
-	65, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
-	65, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	58, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
+	58, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
+	59, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
+	68, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
+	68, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	60, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
 	4,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
-	59, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
-	65, // 7: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	61, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
+	68, // 7: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	0,  // 8: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
 	6,  // 9: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
 	3,  // 10: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
@@ -4027,92 +4294,99 @@ var file_shoal_v1_shoal_proto_depIdxs = []int32{
 	7,  // 12: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
 	3,  // 13: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
 	1,  // 14: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
-	60, // 15: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
-	61, // 16: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
+	62, // 15: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
+	63, // 16: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
 	8,  // 17: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
 	8,  // 18: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
-	62, // 19: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	63, // 20: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	64, // 19: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	65, // 20: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
 	10, // 21: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
 	8,  // 22: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
 	2,  // 23: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
 	8,  // 24: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
-	9,  // 25: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
-	9,  // 26: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
-	9,  // 27: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
-	10, // 28: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
-	9,  // 29: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
-	64, // 30: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
-	65, // 31: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
-	34, // 32: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
-	6,  // 33: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
-	65, // 34: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	33, // 35: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
-	33, // 36: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
-	44, // 37: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
-	65, // 38: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
-	65, // 39: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
-	44, // 40: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
-	44, // 41: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
-	11, // 42: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
-	12, // 43: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
-	13, // 44: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
-	15, // 45: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
-	16, // 46: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
-	18, // 47: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
-	20, // 48: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
-	22, // 49: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
-	24, // 50: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
-	25, // 51: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
-	26, // 52: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
-	27, // 53: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
-	28, // 54: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
-	30, // 55: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
-	31, // 56: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
-	35, // 57: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
-	37, // 58: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
-	38, // 59: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
-	39, // 60: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
-	41, // 61: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
-	43, // 62: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
-	46, // 63: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
-	48, // 64: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
-	50, // 65: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
-	51, // 66: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
-	52, // 67: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
-	53, // 68: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
-	8,  // 69: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
-	8,  // 70: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
-	14, // 71: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
-	8,  // 72: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
-	17, // 73: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
-	19, // 74: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	21, // 75: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
-	23, // 76: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
-	8,  // 77: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
-	8,  // 78: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
-	9,  // 79: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
-	9,  // 80: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
-	29, // 81: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
-	9,  // 82: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
-	32, // 83: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
-	36, // 84: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
-	33, // 85: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
-	33, // 86: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
-	40, // 87: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
-	42, // 88: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
-	45, // 89: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
-	47, // 90: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
-	49, // 91: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
-	47, // 92: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
-	47, // 93: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
-	55, // 94: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
-	54, // 95: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
-	69, // [69:96] is the sub-list for method output_type
-	42, // [42:69] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	66, // 25: shoal.v1.ExecRequest.env:type_name -> shoal.v1.ExecRequest.EnvEntry
+	69, // 26: shoal.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	21, // 27: shoal.v1.ExecRequest.terminal_size:type_name -> shoal.v1.TerminalSize
+	20, // 28: shoal.v1.ExecInput.start:type_name -> shoal.v1.ExecRequest
+	21, // 29: shoal.v1.ExecInput.resize:type_name -> shoal.v1.TerminalSize
+	9,  // 30: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
+	9,  // 31: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
+	9,  // 32: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
+	10, // 33: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
+	9,  // 34: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
+	67, // 35: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
+	68, // 36: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
+	36, // 37: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
+	6,  // 38: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
+	68, // 39: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	35, // 40: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
+	35, // 41: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
+	46, // 42: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
+	68, // 43: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
+	68, // 44: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
+	46, // 45: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
+	46, // 46: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
+	11, // 47: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
+	12, // 48: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
+	13, // 49: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
+	15, // 50: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
+	16, // 51: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
+	18, // 52: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
+	20, // 53: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
+	22, // 54: shoal.v1.Shoal.ExecInteractive:input_type -> shoal.v1.ExecInput
+	24, // 55: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
+	26, // 56: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
+	27, // 57: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
+	28, // 58: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
+	29, // 59: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
+	30, // 60: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
+	32, // 61: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
+	33, // 62: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
+	37, // 63: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
+	39, // 64: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
+	40, // 65: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
+	41, // 66: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
+	43, // 67: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
+	45, // 68: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
+	48, // 69: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
+	50, // 70: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
+	52, // 71: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
+	53, // 72: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
+	54, // 73: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
+	55, // 74: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
+	8,  // 75: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
+	8,  // 76: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
+	14, // 77: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
+	8,  // 78: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
+	17, // 79: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
+	19, // 80: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
+	23, // 81: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
+	23, // 82: shoal.v1.Shoal.ExecInteractive:output_type -> shoal.v1.ExecChunk
+	25, // 83: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
+	8,  // 84: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
+	8,  // 85: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
+	9,  // 86: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
+	9,  // 87: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
+	31, // 88: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
+	9,  // 89: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
+	34, // 90: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
+	38, // 91: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
+	35, // 92: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
+	35, // 93: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
+	42, // 94: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
+	44, // 95: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
+	47, // 96: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
+	49, // 97: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
+	51, // 98: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
+	49, // 99: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
+	49, // 100: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
+	57, // 101: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
+	56, // 102: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
+	75, // [75:103] is the sub-list for method output_type
+	47, // [47:75] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_shoal_v1_shoal_proto_init() }
@@ -4120,13 +4394,19 @@ func file_shoal_v1_shoal_proto_init() {
 	if File_shoal_v1_shoal_proto != nil {
 		return
 	}
+	file_shoal_v1_shoal_proto_msgTypes[19].OneofWrappers = []any{
+		(*ExecInput_Start)(nil),
+		(*ExecInput_Stdin)(nil),
+		(*ExecInput_CloseStdin)(nil),
+		(*ExecInput_Resize)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shoal_v1_shoal_proto_rawDesc), len(file_shoal_v1_shoal_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   62,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -25,21 +25,22 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Shoal_CreateSandbox_FullMethodName  = "/shoal.v1.Shoal/CreateSandbox"
-	Shoal_GetSandbox_FullMethodName     = "/shoal.v1.Shoal/GetSandbox"
-	Shoal_ListSandboxes_FullMethodName  = "/shoal.v1.Shoal/ListSandboxes"
-	Shoal_UpdateSandbox_FullMethodName  = "/shoal.v1.Shoal/UpdateSandbox"
-	Shoal_DeleteSandbox_FullMethodName  = "/shoal.v1.Shoal/DeleteSandbox"
-	Shoal_WatchSandboxes_FullMethodName = "/shoal.v1.Shoal/WatchSandboxes"
-	Shoal_Exec_FullMethodName           = "/shoal.v1.Shoal/Exec"
-	Shoal_Logs_FullMethodName           = "/shoal.v1.Shoal/Logs"
-	Shoal_AttachProvider_FullMethodName = "/shoal.v1.Shoal/AttachProvider"
-	Shoal_DetachProvider_FullMethodName = "/shoal.v1.Shoal/DetachProvider"
-	Shoal_CreateProvider_FullMethodName = "/shoal.v1.Shoal/CreateProvider"
-	Shoal_GetProvider_FullMethodName    = "/shoal.v1.Shoal/GetProvider"
-	Shoal_ListProviders_FullMethodName  = "/shoal.v1.Shoal/ListProviders"
-	Shoal_UpdateProvider_FullMethodName = "/shoal.v1.Shoal/UpdateProvider"
-	Shoal_DeleteProvider_FullMethodName = "/shoal.v1.Shoal/DeleteProvider"
+	Shoal_CreateSandbox_FullMethodName   = "/shoal.v1.Shoal/CreateSandbox"
+	Shoal_GetSandbox_FullMethodName      = "/shoal.v1.Shoal/GetSandbox"
+	Shoal_ListSandboxes_FullMethodName   = "/shoal.v1.Shoal/ListSandboxes"
+	Shoal_UpdateSandbox_FullMethodName   = "/shoal.v1.Shoal/UpdateSandbox"
+	Shoal_DeleteSandbox_FullMethodName   = "/shoal.v1.Shoal/DeleteSandbox"
+	Shoal_WatchSandboxes_FullMethodName  = "/shoal.v1.Shoal/WatchSandboxes"
+	Shoal_Exec_FullMethodName            = "/shoal.v1.Shoal/Exec"
+	Shoal_ExecInteractive_FullMethodName = "/shoal.v1.Shoal/ExecInteractive"
+	Shoal_Logs_FullMethodName            = "/shoal.v1.Shoal/Logs"
+	Shoal_AttachProvider_FullMethodName  = "/shoal.v1.Shoal/AttachProvider"
+	Shoal_DetachProvider_FullMethodName  = "/shoal.v1.Shoal/DetachProvider"
+	Shoal_CreateProvider_FullMethodName  = "/shoal.v1.Shoal/CreateProvider"
+	Shoal_GetProvider_FullMethodName     = "/shoal.v1.Shoal/GetProvider"
+	Shoal_ListProviders_FullMethodName   = "/shoal.v1.Shoal/ListProviders"
+	Shoal_UpdateProvider_FullMethodName  = "/shoal.v1.Shoal/UpdateProvider"
+	Shoal_DeleteProvider_FullMethodName  = "/shoal.v1.Shoal/DeleteProvider"
 )
 
 // ShoalClient is the client API for Shoal service.
@@ -56,6 +57,14 @@ type ShoalClient interface {
 	// on the total) and ends with one chunk that carries the exit code. The
 	// process is killed when the call ends early (client gone or cancelled).
 	Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecChunk], error)
+	// ExecInteractive is Exec with a live standard input and a terminal
+	// (shoal sandbox exec -i/-t, shoal sandbox shell). The first message is
+	// the start (an ExecRequest, whose stdin field must be empty); the later
+	// ones carry stdin bytes, terminal resizes and the close of stdin (a
+	// half-close of the call closes stdin too). The answer is Exec's: output
+	// chunks (all "stdout" with a tty), then the exit code. The process
+	// group is killed when the call ends early, as for Exec.
+	ExecInteractive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecInput, ExecChunk], error)
 	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error)
 	AttachProvider(ctx context.Context, in *AttachProviderRequest, opts ...grpc.CallOption) (*Sandbox, error)
 	DetachProvider(ctx context.Context, in *DetachProviderRequest, opts ...grpc.CallOption) (*Sandbox, error)
@@ -162,9 +171,22 @@ func (c *shoalClient) Exec(ctx context.Context, in *ExecRequest, opts ...grpc.Ca
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Shoal_ExecClient = grpc.ServerStreamingClient[ExecChunk]
 
+func (c *shoalClient) ExecInteractive(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ExecInput, ExecChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Shoal_ServiceDesc.Streams[2], Shoal_ExecInteractive_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExecInput, ExecChunk]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shoal_ExecInteractiveClient = grpc.BidiStreamingClient[ExecInput, ExecChunk]
+
 func (c *shoalClient) Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Shoal_ServiceDesc.Streams[2], Shoal_Logs_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Shoal_ServiceDesc.Streams[3], Shoal_Logs_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -265,6 +287,14 @@ type ShoalServer interface {
 	// on the total) and ends with one chunk that carries the exit code. The
 	// process is killed when the call ends early (client gone or cancelled).
 	Exec(*ExecRequest, grpc.ServerStreamingServer[ExecChunk]) error
+	// ExecInteractive is Exec with a live standard input and a terminal
+	// (shoal sandbox exec -i/-t, shoal sandbox shell). The first message is
+	// the start (an ExecRequest, whose stdin field must be empty); the later
+	// ones carry stdin bytes, terminal resizes and the close of stdin (a
+	// half-close of the call closes stdin too). The answer is Exec's: output
+	// chunks (all "stdout" with a tty), then the exit code. The process
+	// group is killed when the call ends early, as for Exec.
+	ExecInteractive(grpc.BidiStreamingServer[ExecInput, ExecChunk]) error
 	Logs(*LogsRequest, grpc.ServerStreamingServer[LogsChunk]) error
 	AttachProvider(context.Context, *AttachProviderRequest) (*Sandbox, error)
 	DetachProvider(context.Context, *DetachProviderRequest) (*Sandbox, error)
@@ -303,6 +333,9 @@ func (UnimplementedShoalServer) WatchSandboxes(*WatchSandboxesRequest, grpc.Serv
 }
 func (UnimplementedShoalServer) Exec(*ExecRequest, grpc.ServerStreamingServer[ExecChunk]) error {
 	return status.Errorf(codes.Unimplemented, "method Exec not implemented")
+}
+func (UnimplementedShoalServer) ExecInteractive(grpc.BidiStreamingServer[ExecInput, ExecChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method ExecInteractive not implemented")
 }
 func (UnimplementedShoalServer) Logs(*LogsRequest, grpc.ServerStreamingServer[LogsChunk]) error {
 	return status.Errorf(codes.Unimplemented, "method Logs not implemented")
@@ -460,6 +493,13 @@ func _Shoal_Exec_Handler(srv interface{}, stream grpc.ServerStream) error {
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Shoal_ExecServer = grpc.ServerStreamingServer[ExecChunk]
+
+func _Shoal_ExecInteractive_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ShoalServer).ExecInteractive(&grpc.GenericServerStream[ExecInput, ExecChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shoal_ExecInteractiveServer = grpc.BidiStreamingServer[ExecInput, ExecChunk]
 
 func _Shoal_Logs_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(LogsRequest)
@@ -664,6 +704,12 @@ var Shoal_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Exec",
 			Handler:       _Shoal_Exec_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ExecInteractive",
+			Handler:       _Shoal_ExecInteractive_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "Logs",
