@@ -25,7 +25,7 @@ import (
 // execOptionFlags are the options of every exec (exec and shell).
 func execOptionFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "workdir", Aliases: []string{"w"}, Usage: "run in directory `DIR` (absolute; default: the image's)"},
+		&cli.StringFlag{Name: "workdir", Usage: "run in directory `DIR` (absolute; default: the image's). No -w: that is --workspace, as in every shoal command"},
 		&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "add environment `KEY=VALUE` for this command, repeatable"},
 		&cli.DurationFlag{Name: "timeout", Usage: "kill the command's process group after `DURATION` and exit 124, as timeout(1)"},
 		&cli.StringFlag{Name: "user", Aliases: []string{"u"}, Usage: "run as `UID[:GID]` (numbers; default: the image's user)"},

@@ -266,7 +266,7 @@ func TestExecStdinAndOptionsThroughANonOwner(t *testing.T) {
 		t.Fatalf("exec with options printed %q", r.stdout)
 	}
 	// The same options on the interactive RPC.
-	r = runWith(t, bin, front, runOpts{stdin: "piped"}, "sandbox", "exec", "far", "-i", "-w", "/tmp", "-e", "N=3", "-u", "42", "--",
+	r = runWith(t, bin, front, runOpts{stdin: "piped"}, "sandbox", "exec", "far", "-i", "--workdir", "/tmp", "-e", "N=3", "-u", "42", "--",
 		"sh", "-c", `echo "$(cat) $(pwd) $N $(id -u)"`).must(t, 0, "exec -i with options")
 	if r.stdout != "piped /tmp 3 42\n" {
 		t.Fatalf("exec -i with options printed %q", r.stdout)
@@ -302,5 +302,17 @@ func TestExecStdinAndOptionsThroughANonOwner(t *testing.T) {
 		if r.code != 2 || !strings.Contains(r.stderr, tc.field) {
 			t.Errorf("exec %v: exit %d, stderr %q; want 2 naming %s", tc.args, r.code, r.stderr, tc.field)
 		}
+	}
+	// A workdir that does not exist in the sandbox: the state forbids it
+	// (exit 4), and the error says workdir, not that sh is missing.
+	for _, args := range [][]string{{"--workdir", "/no/such/dir"}, {"-i", "--workdir", "/no/such/dir"}} {
+		r := runWith(t, bin, front, runOpts{stdin: "x"}, append(append([]string{"sandbox", "exec", "far"}, args...), "--", "true")...)
+		if r.code != 4 || !strings.Contains(r.stderr, "workdir: no such directory") || strings.Contains(r.stderr, "/bin/sh") {
+			t.Errorf("exec %v: exit %d, stderr %q; want 4 naming workdir", args, r.code, r.stderr)
+		}
+	}
+	// -w after exec is the workspace, as in every shoal command.
+	if r := run(t, bin, front, "sandbox", "exec", "far", "-w", "elsewhere", "--", "true"); r.code != 3 {
+		t.Errorf("exec -w elsewhere (a workspace without far): exit %d, stderr %q; want 3 (not found)", r.code, r.stderr)
 	}
 }

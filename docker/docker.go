@@ -989,7 +989,14 @@ func (p *pidWriter) Write(b []byte) (int, error) {
 }
 
 func (p *pidWriter) fail() error {
-	p.err = shoal.FailedPrecondition("exec needs /bin/sh in the sandbox image; it answered %q", string(p.line[:min(len(p.line), 200)]))
+	answer := string(p.line[:min(len(p.line), 200)])
+	if strings.Contains(answer, "chdir to cwd") {
+		// The engine could not enter --workdir: say that, not that the
+		// image lacks a shell.
+		p.err = shoal.FailedPrecondition("workdir: no such directory in the sandbox (the engine answered %q)", strings.TrimSpace(answer))
+		return p.err
+	}
+	p.err = shoal.FailedPrecondition("exec needs /bin/sh in the sandbox image; it answered %q", answer)
 	return p.err
 }
 
