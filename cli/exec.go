@@ -151,8 +151,11 @@ func (a *app) exec(c *cli.Context, name string, cmd []string, stdin, tty bool) e
 			return fmt.Errorf("exec -it: raw mode for the terminal: %w", err)
 		}
 		// Restored on every return; an interrupt (SIGTERM, SIGINT) ends
-		// ctx, so the call, so this function.
-		defer term.Restore(int(in.Fd()), old)
+		// ctx, so the call, so this function; a second one exits at once,
+		// and restores it first (RunProcess).
+		restore := func() { _ = term.Restore(int(in.Fd()), old) }
+		defer restore()
+		defer onHardExit(restore)()
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()

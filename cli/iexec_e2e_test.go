@@ -190,6 +190,28 @@ func TestExecInteractiveTerminalThroughBinary(t *testing.T) {
 		t.Fatalf("the terminal's mode was not restored: before %+v, after %+v", before, after)
 	}
 
+	// SIGTERM twice at once: the first ends the call, the second exits at
+	// once (130) if the first has not yet; either way the terminal is as
+	// it was.
+	s := startPTY(t, bin, ep, "sandbox", "shell", "term")
+	m = s.mark()
+	s.typ("echo up$((3+3))\r")
+	s.expect(m, "up6")
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	code := s.wait()
+	after, err = unix.IoctlGetTermios(int(s.tty.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *after != *before {
+		t.Fatalf("two SIGTERMs (exit %d) left the terminal's mode changed: before %+v, after %+v", code, before, after)
+	}
+
 	// Killing the client (SIGKILL: nothing of it runs on) kills the shell
 	// and what it started, within 2 s of the call's end.
 	k := startPTY(t, bin, ep, "sandbox", "exec", "-it", "term", "--", "sh")
