@@ -299,7 +299,7 @@ func (s *scratch) pushEntries(m wireMsg, f *fieldPlan, cmp func(a, b []byte) int
 	// Of equal keys, the last (a stable sort keeps their order).
 	out := added[:0]
 	for i, e := range added {
-		if i+1 < len(added) && cmp(e.k, added[i+1].k) == 0 {
+		if i+1 < len(added) && bytes.Equal(e.k, added[i+1].k) {
 			continue
 		}
 		out = append(out, e)
