@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiserver"
@@ -167,7 +168,8 @@ func TestBadInputThroughAPI(t *testing.T) {
 	}
 }
 
-// Paging returns every item once, at one revision.
+// Paging returns every item once, at one revision, each the sandbox the
+// store has (the API sends the cached record's bytes).
 func TestListPagingAndSelector(t *testing.T) {
 	testenv.RequireDocker(t)
 	// The image must exist: CreateSandbox refuses a missing one at once.
@@ -181,18 +183,21 @@ func TestListPagingAndSelector(t *testing.T) {
 		}
 	}
 	seen := map[string]bool{}
-	tok, pages := "", 0
+	var got []*shoalv1.Sandbox
+	tok, pages, rev := "", 0, int64(0)
 	for {
 		resp, err := n.Client.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageSize: 2, PageToken: tok, LabelSelector: "parity=even"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		pages++
+		rev = resp.ResourceVersion
 		for _, sb := range resp.Items {
 			if seen[sb.Meta.Name] || sb.Meta.Labels["parity"] != "even" {
 				t.Fatalf("item %s repeated or wrong label", sb.Meta.Name)
 			}
 			seen[sb.Meta.Name] = true
+			got = append(got, sb)
 		}
 		if tok = resp.NextPageToken; tok == "" {
 			break
@@ -200,6 +205,16 @@ func TestListPagingAndSelector(t *testing.T) {
 	}
 	if len(seen) != 4 || pages != 2 {
 		t.Fatalf("saw %d even sandboxes over %d pages, want 4 over 2", len(seen), pages)
+	}
+	// At the list's revision: the agent moves the sandboxes on meanwhile.
+	stored, err := n.Store().ListSandboxes(ctx, "default", store.ListOptions{Revision: rev}, func(sb *shoalv1.Sandbox) bool { return sb.Meta.Labels["parity"] == "even" })
+	if err != nil || len(stored.Items) != len(got) {
+		t.Fatalf("the store lists %d even sandboxes (%v), the API %d", len(stored.Items), err, len(got))
+	}
+	for i, sb := range got {
+		if !proto.Equal(sb, stored.Items[i]) {
+			t.Errorf("the API listed\n%v\nthe store has\n%v", sb, stored.Items[i])
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -40,6 +41,21 @@ func apiOn(t *testing.T) (*apiserver.Server, *store.Store) {
 
 const secretValue = "nvapi-SECRET-must-never-leak"
 
+// listSandboxes calls srv.ListSandboxes in process and decodes its
+// response as a client does: its items come encoded.
+func listSandboxes(ctx context.Context, srv *apiserver.Server, req *shoalv1.ListSandboxesRequest) (*shoalv1.ListSandboxesResponse, error) {
+	resp, err := srv.ListSandboxes(ctx, req)
+	if err != nil {
+		return resp, err
+	}
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		return nil, err
+	}
+	out := &shoalv1.ListSandboxesResponse{}
+	return out, proto.Unmarshal(b, out)
+}
+
 // A forged, altered or replayed page token is INVALID_ARGUMENT, and no
 // response ever carries a provider's credential.
 func TestForgedPageTokens(t *testing.T) {
@@ -64,7 +80,7 @@ func TestForgedPageTokens(t *testing.T) {
 		Meta: &shoalv1.ObjectMeta{Name: "nv"}, Credentials: map[string]string{"NVIDIA_API_KEY": "rotated"}}}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := srv.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageSize: 1, LabelSelector: "team=ml"})
+	first, err := listSandboxes(ctx, srv, &shoalv1.ListSandboxesRequest{PageSize: 1, LabelSelector: "team=ml"})
 	if err != nil || first.NextPageToken == "" {
 		t.Fatalf("first page: %v, token %q", err, first.GetNextPageToken())
 	}
@@ -97,7 +113,7 @@ func TestForgedPageTokens(t *testing.T) {
 			}
 		}
 	}
-	foreign, err := otherSrv.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageSize: 1, LabelSelector: "team=ml"})
+	foreign, err := listSandboxes(ctx, otherSrv, &shoalv1.ListSandboxesRequest{PageSize: 1, LabelSelector: "team=ml"})
 	if err != nil || foreign.NextPageToken == "" {
 		t.Fatalf("other cluster's first page: %v", err)
 	}
@@ -119,7 +135,7 @@ func TestForgedPageTokens(t *testing.T) {
 		{"empty signature", &shoalv1.ListSandboxesRequest{PageToken: p64 + ".", LabelSelector: "team=ml"}},
 		{"huge", &shoalv1.ListSandboxesRequest{PageToken: strings.Repeat("A", 1<<20) + "." + sig}},
 	} {
-		resp, err := srv.ListSandboxes(ctx, tc.req)
+		resp, err := listSandboxes(ctx, srv, tc.req)
 		if shoal.KindOf(err) != shoal.KindInvalid || !strings.Contains(err.Error(), "page_token") {
 			t.Errorf("%s: %v (%d items); want INVALID_ARGUMENT naming page_token", tc.name, err, len(resp.GetItems()))
 		}
@@ -136,7 +152,7 @@ func TestForgedPageTokens(t *testing.T) {
 		t.Fatalf("one provider in default, yet a next page")
 	}
 	// The valid token still works, for exactly its own list.
-	rest, err := srv.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageToken: valid, LabelSelector: "team=ml", PageSize: 10})
+	rest, err := listSandboxes(ctx, srv, &shoalv1.ListSandboxesRequest{PageToken: valid, LabelSelector: "team=ml", PageSize: 10})
 	if err != nil || len(rest.Items) != 2 {
 		t.Fatalf("valid token: %v, %d items; want the other 2", err, len(rest.GetItems()))
 	}

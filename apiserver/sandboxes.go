@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"shoal"
@@ -219,6 +220,10 @@ func (s *Server) GetSandbox(ctx context.Context, req *shoalv1.GetSandboxRequest)
 	return s.cfg.Store.GetSandbox(ctx, ws(req.Workspace), req.Name)
 }
 
+// ListSandboxes sends each item as the watch cache holds it, not decoded
+// and encoded again (store.ListSandboxesEncoded, withEncodedItems): a
+// client decodes them as the response's items; a caller in process gets
+// them still encoded, and decodes the response as a client would.
 func (s *Server) ListSandboxes(ctx context.Context, req *shoalv1.ListSandboxesRequest) (*shoalv1.ListSandboxesResponse, error) {
 	if err := validWorkspace("workspace", req.Workspace); err != nil {
 		return nil, err
@@ -235,7 +240,7 @@ func (s *Server) ListSandboxes(ctx context.Context, req *shoalv1.ListSandboxesRe
 	if err != nil {
 		return nil, err
 	}
-	page, err := s.cfg.Store.ListSandboxes(ctx, ref.Workspace, o, func(sb *shoalv1.Sandbox) bool {
+	page, err := s.cfg.Store.ListSandboxesEncoded(ctx, ref.Workspace, o, func(sb *shoalv1.Sandbox) bool {
 		return sel.matches(sb.GetMeta().GetLabels())
 	})
 	if err != nil {
@@ -245,7 +250,28 @@ func (s *Server) ListSandboxes(ctx context.Context, req *shoalv1.ListSandboxesRe
 	if err != nil {
 		return nil, err
 	}
-	return &shoalv1.ListSandboxesResponse{Items: page.Items, NextPageToken: next, ResourceVersion: page.Revision, Warnings: page.Warnings}, nil
+	resp := &shoalv1.ListSandboxesResponse{NextPageToken: next, ResourceVersion: page.Revision, Warnings: page.Warnings}
+	withEncodedItems(resp, page.Items)
+	return resp, nil
+}
+
+// withEncodedItems puts a list's items, encoded, into its response: as
+// the response's unrecognized fields, which a marshal copies as they are,
+// each an occurrence of the items field, so that whoever decodes the
+// response gets them as its items. Its Items stays empty.
+func withEncodedItems(resp proto.Message, items [][]byte) {
+	m := resp.ProtoReflect()
+	num := m.Descriptor().Fields().ByName("items").Number()
+	size := 0
+	for _, it := range items {
+		size += protowire.SizeTag(num) + protowire.SizeBytes(len(it))
+	}
+	b := make([]byte, 0, size)
+	for _, it := range items {
+		b = protowire.AppendTag(b, num, protowire.BytesType)
+		b = protowire.AppendBytes(b, it)
+	}
+	m.SetUnknown(b)
 }
 
 func (s *Server) UpdateSandbox(ctx context.Context, req *shoalv1.UpdateSandboxRequest) (*shoalv1.Sandbox, error) {

@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -13,18 +15,51 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// The writers of -o json and -o yaml. They take each object as compact
-// JSON (protojson's, or encoding/json's for plain values) and print it in
-// one pass, so that a list of thousands costs what its objects cost: the
-// list is never marshalled, parsed and marshalled again as a whole, and
-// its objects are rendered on every core (renderAll).
+// The writers of -o json and -o yaml. Each object is printed on its own
+// (renderAll, on every core), and a list is its objects' printed forms
+// joined, so that a list of thousands costs what its objects cost: it is
+// never marshalled, parsed and marshalled again as a whole.
 //
-// The output is what json.MarshalIndent (without HTML escaping) and
-// sigs.k8s.io/yaml's JSONToYAML of the whole document printed before;
-// encode_test.go checks the two side by side.
+// An API object is printed straight from its protobuf encoding
+// (encode_message.go), or, where that declines, the reference way:
+// protojson's compact JSON (encoding/json's, for plain values), indented
+// by indentJSON, or made a tree of Go values for go-yaml. The output is
+// what json.MarshalIndent (without HTML escaping) and sigs.k8s.io/yaml's
+// JSONToYAML of the whole document printed before; encode_test.go checks
+// them side by side.
 
 // A renderFunc turns one object's compact JSON into its printed form.
 type renderFunc func(compact []byte) ([]byte, error)
+
+// A form is how one object is printed: alone (get) or as an element of a
+// list, in JSON or YAML.
+type form struct {
+	// direct appends the object printed from its encoding, or returns
+	// false (encode_message.go).
+	direct func(dst []byte, plan *msgPlan, enc []byte, s *scratch) ([]byte, bool)
+	// render prints it from its protojson, the reference way.
+	render renderFunc
+}
+
+var (
+	jsonDocForm = form{func(dst []byte, plan *msgPlan, enc []byte, s *scratch) ([]byte, bool) {
+		b, ok := appendJSONMessage(dst, plan, enc, "", s)
+		return append(b, '\n'), ok
+	}, jsonDoc}
+	jsonItemForm = form{func(dst []byte, plan *msgPlan, enc []byte, s *scratch) ([]byte, bool) {
+		return appendJSONMessage(append(dst, "    "...), plan, enc, "    ", s)
+	}, jsonItem}
+	yamlDocForm  = form{appendYAMLDoc, yamlDoc}
+	yamlItemForm = form{appendYAMLItem, yamlItem}
+)
+
+// forms are format's forms of an object alone and in a list.
+func forms(format string) (doc, item form) {
+	if format == formatYAML {
+		return yamlDocForm, yamlItemForm
+	}
+	return jsonDocForm, jsonItemForm
+}
 
 // jsonDoc prints a JSON value alone: indented by two spaces, a newline.
 func jsonDoc(v []byte) ([]byte, error) {
@@ -85,42 +120,74 @@ func writeItems(w *bufio.Writer, format string, items [][]byte) error {
 	return w.Flush()
 }
 
-// renderAll marshals every message with protojson and renders it, on up
-// to GOMAXPROCS goroutines (a list of thousands is CPU-bound in protojson),
+// A printable is an object to print: m, or, when encoded, enc, its
+// encoding, with m an empty message of its type to decode it into if the
+// reference way prints it.
+type printable struct {
+	m       proto.Message
+	enc     []byte
+	encoded bool
+}
+
+// renderAll prints n objects in form f, on up to GOMAXPROCS goroutines,
 // and returns them in order, or the first error of the first object that
-// failed.
-func renderAll(msgs []proto.Message, render renderFunc) ([][]byte, error) {
-	out := make([][]byte, len(msgs))
-	one := func(i int) error {
-		b, err := pjCompact.Marshal(msgs[i])
-		if err != nil {
-			return err
-		}
-		out[i], err = render(b)
-		return err
-	}
-	workers := min(runtime.GOMAXPROCS(0), (len(msgs)+renderChunk-1)/renderChunk)
-	if workers <= 1 {
-		for i := range msgs {
-			if err := one(i); err != nil {
-				return nil, err
+// failed. obj(i) is the i-th object. Each goroutine prints its run of
+// objects into one buffer, which the returned slices share.
+func renderAll(n int, obj func(i int) printable, f form) ([][]byte, error) {
+	out := make([][]byte, n)
+	// run prints objects lo to hi into out[lo:hi].
+	run := func(lo, hi int) error {
+		var buf, enc []byte
+		var s scratch
+		ends := make([]int, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			o := obj(i)
+			start := len(buf)
+			ok := o.encoded
+			if ok {
+				enc = o.enc
+			} else {
+				// An object in hand is printed from its encoding too.
+				var err error
+				enc, err = proto.MarshalOptions{}.MarshalAppend(enc[:0], o.m)
+				ok = err == nil
 			}
+			if ok {
+				buf, ok = f.direct(buf, planOf(o.m.ProtoReflect().Descriptor()), enc, &s)
+			}
+			if !ok {
+				b, err := renderReference(o, f.render)
+				if err != nil {
+					return err
+				}
+				buf = append(buf[:start], b...)
+			}
+			ends = append(ends, len(buf))
+			if len(ends) == 1 {
+				// Objects of a list are much alike: room for the rest
+				// at a quarter more than the first, not grown by copying.
+				buf = slices.Grow(buf, len(buf)*(hi-lo-1)*5/4)
+			}
+		}
+		start := 0
+		for i, end := range ends {
+			out[lo+i] = buf[start:end:end]
+			start = end
+		}
+		return nil
+	}
+	workers := min(runtime.GOMAXPROCS(0), (n+renderChunk-1)/renderChunk)
+	if workers <= 1 {
+		if err := run(0, n); err != nil {
+			return nil, err
 		}
 		return out, nil
 	}
 	errs := make([]error, workers)
-	per := (len(msgs) + workers - 1) / workers
+	per := (n + workers - 1) / workers
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w * per; i < min(len(msgs), (w+1)*per); i++ {
-				if errs[w] = one(i); errs[w] != nil {
-					return
-				}
-			}
-		}()
+		wg.Go(func() { errs[w] = run(w*per, min(n, (w+1)*per)) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -129,6 +196,21 @@ func renderAll(msgs []proto.Message, render renderFunc) ([][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// renderReference prints o the reference way: decoded, marshalled by
+// protojson and rendered.
+func renderReference(o printable, render renderFunc) ([]byte, error) {
+	if o.encoded {
+		if err := proto.Unmarshal(o.enc, o.m); err != nil {
+			return nil, fmt.Errorf("internal error: an item of the list does not decode: %w", err)
+		}
+	}
+	b, err := pjCompact.Marshal(o.m)
+	if err != nil {
+		return nil, err
+	}
+	return render(b)
 }
 
 // renderChunk is the fewest objects worth a goroutine of their own.
@@ -252,36 +334,35 @@ func indentJSON(dst, src []byte, prefix string) ([]byte, error) {
 var errBadJSON = errors.New("internal error: unbalanced JSON from the encoder")
 
 // pageRenderer renders a list's pages for -o json|yaml as they arrive, so
-// that the render of one page overlaps the fetch of the next. Its owner
-// adds every page it got, then calls wait (always, also after an error),
-// which waits for the renders and returns them in order; nothing is
-// printed until then, so a failed list prints nothing on stdout.
+// that the render of one page (its decoding too) overlaps the fetch of the
+// next. Its owner adds every page it got, then calls wait (always, also
+// after an error), which waits for the renders and returns them in order;
+// nothing is printed until then, so a failed list prints nothing on
+// stdout.
 type pageRenderer struct {
-	pages chan []proto.Message
-	done  chan struct{}
-	items [][]byte
-	err   error
+	pages  chan [][]byte
+	newObj func() proto.Message
+	done   chan struct{}
+	items  [][]byte
+	err    error
 }
 
 // pageRenderer is nil for the table, which is printed from the objects.
-func (p printer) pageRenderer() *pageRenderer {
-	render := jsonItem
-	switch p.format {
-	case formatJSON:
-	case formatYAML:
-		render = yamlItem
-	default:
+// newObj makes an empty object of the list's kind, to decode an item into.
+func (p printer) pageRenderer(newObj func() proto.Message) *pageRenderer {
+	if p.format != formatJSON && p.format != formatYAML {
 		return nil
 	}
-	r := &pageRenderer{pages: make(chan []proto.Message, 8), done: make(chan struct{})}
+	_, item := forms(p.format)
+	r := &pageRenderer{pages: make(chan [][]byte, 8), newObj: newObj, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)
-		for msgs := range r.pages {
+		for page := range r.pages {
 			if r.err != nil {
 				continue // drain
 			}
 			var items [][]byte
-			if items, r.err = renderAll(msgs, render); r.err == nil {
+			if items, r.err = renderAll(len(page), r.decode(page), item); r.err == nil {
 				r.items = append(r.items, items...)
 			}
 		}
@@ -289,7 +370,13 @@ func (p printer) pageRenderer() *pageRenderer {
 	return r
 }
 
-func (r *pageRenderer) add(msgs []proto.Message) { r.pages <- msgs }
+// decode is the objects of page: encoded, of the list's kind.
+func (r *pageRenderer) decode(page [][]byte) func(i int) printable {
+	return func(i int) printable { return printable{m: r.newObj(), enc: page[i], encoded: true} }
+}
+
+// add adds a page of encoded items (invokeEncoded).
+func (r *pageRenderer) add(items [][]byte) { r.pages <- items }
 
 func (r *pageRenderer) wait() ([][]byte, error) {
 	close(r.pages)

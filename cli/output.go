@@ -70,19 +70,17 @@ func (p printer) objects(s shape, header []string, rows [][]string, msgs ...prot
 		if s == bare && len(msgs) != 1 {
 			return fmt.Errorf("internal error: a bare object print got %d objects", len(msgs))
 		}
-		doc, item := jsonDoc, jsonItem
-		if p.format == formatYAML {
-			doc, item = yamlDoc, yamlItem
-		}
+		doc, item := forms(p.format)
+		obj := func(i int) printable { return printable{m: msgs[i]} }
 		if s == bare {
-			b, err := renderAll(msgs, doc)
+			b, err := renderAll(1, obj, doc)
 			if err != nil {
 				return err
 			}
 			_, err = p.w.Write(b[0])
 			return err
 		}
-		items, err := renderAll(msgs, item)
+		items, err := renderAll(len(msgs), obj, item)
 		if err != nil {
 			return err
 		}

@@ -121,9 +121,6 @@ func newEntry[T object](c codec[T], kv *mvccpb.KeyValue) (entry[T], T) {
 // object decodes a cached record that decoded when it was cached (so it
 // decodes again: the bytes are the same) at revision rev.
 func (e *entry[T]) object(c codec[T], rev int64) T {
-	obj, err := c.decode(&mvccpb.KeyValue{Key: []byte(e.key), Value: e.raw, ModRevision: rev})
-	if err != nil {
-		return c.stub(e.key, rev) // cannot happen: it decoded when cached
-	}
-	return obj
+	var none T
+	return c.decoded(e.key, e.raw, rev, none)
 }

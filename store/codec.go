@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"shoal"
@@ -97,6 +98,43 @@ func IsName(s string) bool {
 	}
 	return true
 }
+
+// decoded is a record that decoded before (a list's item, a cached
+// record) as an object: obj if the caller has it decoded, else its bytes
+// decoded again, a fresh object the reader may change.
+func (c codec[T]) decoded(key string, raw []byte, rev int64, obj T) T {
+	var none T
+	if obj != none {
+		return obj
+	}
+	obj, err := c.decode(&mvccpb.KeyValue{Key: []byte(key), Value: raw, ModRevision: rev})
+	if err != nil {
+		return c.stub(key, rev) // cannot happen: the same bytes decoded before
+	}
+	return obj
+}
+
+// encoded is a record that decoded before as the protobuf encoding of
+// the object decoded returns, without decoding it: a copy of the stored
+// bytes, which hold no resource version (encode clears it), followed by a
+// second meta holding only rev. A decoder merges a message field that
+// occurs twice, and of a scalar keeps the last, so the two decode to the
+// same object: its meta, with the resource version rev.
+func (c codec[T]) encoded(_ string, raw []byte, rev int64, _ T) []byte {
+	b := make([]byte, 0, len(raw)+2+1+protowire.SizeVarint(uint64(rev)))
+	b = append(b, raw...)
+	b = protowire.AppendTag(b, metaField, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(1+protowire.SizeVarint(uint64(rev))))
+	b = protowire.AppendTag(b, resourceVersionField, protowire.VarintType)
+	return protowire.AppendVarint(b, uint64(rev))
+}
+
+// The field numbers encoded writes: every stored kind has its ObjectMeta
+// as meta, at the number Sandbox has it.
+var (
+	metaField            = (&shoalv1.Sandbox{}).ProtoReflect().Descriptor().Fields().ByName("meta").Number()
+	resourceVersionField = (&shoalv1.ObjectMeta{}).ProtoReflect().Descriptor().Fields().ByName("resource_version").Number()
+)
 
 // stub is what is known of a corrupt record: its name and workspace, from
 // its key. Watchers get it in the DELETED event of such a record.

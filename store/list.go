@@ -47,11 +47,22 @@ type Page[T any] struct {
 // view of the cached record's index, not the decoded record
 // (cacheindex.go).
 func (s *Store) ListSandboxes(ctx context.Context, ws string, o ListOptions, keep func(*shoalv1.Sandbox) bool) (Page[*shoalv1.Sandbox], error) {
-	prefix := s.k.allSandboxes()
-	if ws != "" {
-		prefix = s.k.sandboxes(ws)
+	return list(ctx, s, sandboxCodec, s.sandboxPrefix(ws), o, keep, sandboxCodec.decoded)
+}
+
+// ListSandboxesEncoded is ListSandboxes with each item as the protobuf
+// encoding of the sandbox ListSandboxes returns (codec.encoded), made of
+// the stored bytes without decoding them when the watch cache serves the
+// list: the API sends it as it is.
+func (s *Store) ListSandboxesEncoded(ctx context.Context, ws string, o ListOptions, keep func(*shoalv1.Sandbox) bool) (Page[[]byte], error) {
+	return list(ctx, s, sandboxCodec, s.sandboxPrefix(ws), o, keep, sandboxCodec.encoded)
+}
+
+func (s *Store) sandboxPrefix(ws string) string {
+	if ws == "" {
+		return s.k.allSandboxes()
 	}
-	return list(ctx, s, sandboxCodec, prefix, o, keep)
+	return s.k.sandboxes(ws)
 }
 
 // ListProviders lists providers of a workspace ("" for all) that match
@@ -61,17 +72,22 @@ func (s *Store) ListProviders(ctx context.Context, ws string, o ListOptions, kee
 	if ws != "" {
 		prefix = s.k.providers(ws)
 	}
-	return list(ctx, s, providerCodec, prefix, o, keep)
+	return list(ctx, s, providerCodec, prefix, o, keep, providerCodec.decoded)
 }
 
 const listBatch = 500
+
+// An itemFunc makes a list's item of a record it keeps, a record that
+// decodes: of its key, stored bytes and revision, and of the object
+// decoded, when the list had to decode it anyway (else the zero T).
+type itemFunc[T object, I any] func(key string, raw []byte, rev int64, obj T) I
 
 // list reads keys of prefix only: a continuation key outside it is refused,
 // so no caller can make a list decode another kind's records. A record
 // that does not decode is skipped, reported once in the log and named in
 // the page's warnings.
-func list[T object](ctx context.Context, s *Store, c codec[T], prefix string, o ListOptions, keep func(T) bool) (Page[T], error) {
-	var page Page[T]
+func list[T object, I any](ctx context.Context, s *Store, c codec[T], prefix string, o ListOptions, keep func(T) bool, item itemFunc[T, I]) (Page[I], error) {
+	var page Page[I]
 	start := prefix
 	if o.After != "" {
 		if !strings.HasPrefix(o.After, prefix) || len(o.After) == len(prefix) {
@@ -83,13 +99,13 @@ func list[T object](ctx context.Context, s *Store, c codec[T], prefix string, o 
 		return page, shoal.Invalid("page_token", "has a negative revision")
 	}
 	if k := kindOf(s, c); k != nil && strings.HasPrefix(prefix, k.prefix) {
-		if page, ok, err := listCached(ctx, k, prefix, start, o, keep); ok || err != nil {
+		if page, ok, err := listCached(ctx, k, prefix, start, o, keep, item); ok || err != nil {
 			return page, err
 		}
 	}
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	rev := o.Revision
-	size := 0
+	size, last := 0, ""
 	for {
 		batch := int64(listBatch)
 		if o.Limit > 0 {
@@ -126,11 +142,12 @@ func list[T object](ctx context.Context, s *Store, c codec[T], prefix string, o 
 			}
 			if full {
 				// One more match exists: the page is full.
-				page.Next = &ListOptions{Limit: o.Limit, MaxBytes: o.MaxBytes, After: s.keyOf(page.Items[len(page.Items)-1]), Revision: rev}
+				page.Next = &ListOptions{Limit: o.Limit, MaxBytes: o.MaxBytes, After: last, Revision: rev}
 				return page, nil
 			}
-			page.Items = append(page.Items, obj)
+			page.Items = append(page.Items, item(string(kv.Key), kv.Value, kv.ModRevision, obj))
 			size += len(kv.Value)
+			last = string(kv.Key)
 		}
 		if !resp.More {
 			return page, nil
@@ -139,20 +156,11 @@ func list[T object](ctx context.Context, s *Store, c codec[T], prefix string, o 
 	}
 }
 
-// keyOf is the etcd key of a stored object.
-func (s *Store) keyOf(obj interface{ GetMeta() *shoalv1.ObjectMeta }) string {
-	m := obj.GetMeta()
-	if _, ok := obj.(*shoalv1.Provider); ok {
-		return s.k.provider(m.GetWorkspace(), m.GetName())
-	}
-	return s.k.sandbox(m.GetWorkspace(), m.GetName())
-}
-
 // listCached serves a list from the watch cache: a first page from a
 // clone of the copy once it has caught up with etcd, a later page from the
 // first page's clone. ok is false when the cache cannot serve it (not
 // caught up, or the snapshot is gone): the caller reads etcd.
-func listCached[T object](ctx context.Context, k *kindCache[T], prefix, start string, o ListOptions, keep func(T) bool) (page Page[T], ok bool, err error) {
+func listCached[T object, I any](ctx context.Context, k *kindCache[T], prefix, start string, o ListOptions, keep func(T) bool, item itemFunc[T, I]) (page Page[I], ok bool, err error) {
 	var tree *btree.BTreeG[entry[T]]
 	if o.Revision != 0 {
 		if tree, ok = k.snapshotAt(o.Revision); !ok {
@@ -184,8 +192,8 @@ func listCached[T object](ctx context.Context, k *kindCache[T], prefix, start st
 			full = true // one more match exists: the page is full
 			return false
 		}
-		// Decoded: a fresh object the reader may change.
-		page.Items = append(page.Items, e.object(k.codec, e.rev))
+		var none T // not decoded: only the index was read
+		page.Items = append(page.Items, item(e.key, e.raw, e.rev, none))
 		size += len(e.raw)
 		last = e.key
 		return true
