@@ -28,7 +28,7 @@ STATICCHECK_VERSION        := v0.8.2
 
 .PHONY: build install run test bench image node-image cluster cluster-down proto lint chaos chaos-cluster soak soak-cluster bench-scale clean
 
-# Static (no cgo): the chaos hosts run $(BIN) in FROM-scratch containers.
+# Static (no cgo): the chaos hosts run $(NODE_BIN) in FROM-scratch containers.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/shoal
 	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(NODE_BIN) ./cmd/shoal-node

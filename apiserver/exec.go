@@ -12,6 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 )
@@ -58,13 +62,44 @@ func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer)
 		// owner's call, and the owner kills the command. An owner that
 		// dies kills nothing; it reaps the exec when it is back
 		// (agent/execs.go).
-		fwd, err := remote.client.Exec(remote.ctx, req)
+		if !hasExecOptions(req) {
+			fwd, err := remote.client.Exec(remote.ctx, req)
+			if err != nil {
+				return err
+			}
+			return relay(remote, s.cfg.Node, "exec", fwd, stream.Send)
+		}
+		// Options an owner of an older version would ignore (and run the
+		// command as the image's user, with no deadline): the call goes
+		// to it as ExecInteractive, which such an owner refuses
+		// (UNIMPLEMENTED) instead.
+		fwd, err := remote.client.ExecInteractive(remote.ctx)
 		if err != nil {
 			return err
 		}
+		start := proto.CloneOf(req)
+		start.Stdin = nil
+		msgs := []*shoalv1.ExecInput{{Input: &shoalv1.ExecInput_Start{Start: start}}}
+		for in := req.Stdin; len(in) > 0; {
+			n := min(len(in), 1<<20)
+			msgs = append(msgs, &shoalv1.ExecInput{Input: &shoalv1.ExecInput_Stdin{Stdin: in[:n]}})
+			in = in[n:]
+		}
+		for _, m := range msgs {
+			if err := fwd.Send(m); err != nil {
+				break // the owner ended the call: relay reads why
+			}
+		}
+		_ = fwd.CloseSend() // ends the command's stdin
 		return relay(remote, s.cfg.Node, "exec", fwd, stream.Send)
 	}
 	return s.runExec(ctx, id, spec, stream.Send)
+}
+
+// hasExecOptions reports whether req sets any option beyond the command
+// and its stdin (the fields an Exec had before there were options).
+func hasExecOptions(req *shoalv1.ExecRequest) bool {
+	return req.Workdir != "" || len(req.Env) > 0 || req.Timeout != nil || req.User != "" || req.Tty || req.TerminalSize != nil
 }
 
 // runExec runs an exec on this node's runtime and streams its output and
@@ -123,7 +158,11 @@ func (s *Server) ExecInteractive(stream shoalv1.Shoal_ExecInteractiveServer) err
 	if remote != nil {
 		// As for Exec: the caller's going away ends the owner's call, and
 		// the owner kills the command.
-		fwd, err := remote.client.ExecInteractive(remote.ctx)
+		// A broken input stream (not a half-close) ends the owner's
+		// call with its cause: it must not look like the end of stdin.
+		fctx, fcancel := context.WithCancelCause(remote.ctx)
+		defer fcancel(nil)
+		fwd, err := remote.client.ExecInteractive(fctx)
 		if err != nil {
 			return err
 		}
@@ -136,6 +175,8 @@ func (s *Server) ExecInteractive(stream shoalv1.Shoal_ExecInteractiveServer) err
 				if err != nil {
 					if errors.Is(err, io.EOF) {
 						_ = fwd.CloseSend()
+					} else if brokenInput(err) {
+						fcancel(err)
 					}
 					return
 				}
@@ -144,7 +185,11 @@ func (s *Server) ExecInteractive(stream shoalv1.Shoal_ExecInteractiveServer) err
 				}
 			}
 		}()
-		return relay(remote, s.cfg.Node, "exec", fwd, stream.Send)
+		err = relay(remote, s.cfg.Node, "exec", fwd, stream.Send)
+		if cause := context.Cause(fctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return cause
+		}
+		return err
 	}
 
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -156,8 +201,13 @@ func (s *Server) ExecInteractive(stream shoalv1.Shoal_ExecInteractiveServer) err
 		for {
 			m, err := stream.Recv()
 			if err != nil {
-				// A half-close ends stdin; a broken call ends ctx too.
+				// A half-close ends stdin. Anything else (a message too
+				// large or that does not decode, a call that broke) ends
+				// the command: cut-short input must not read as its end.
 				stdinW.CloseWithError(err)
+				if brokenInput(err) {
+					cancel(err)
+				}
 				return
 			}
 			switch in := m.Input.(type) {
@@ -169,6 +219,10 @@ func (s *Server) ExecInteractive(stream shoalv1.Shoal_ExecInteractiveServer) err
 					return
 				}
 			case *shoalv1.ExecInput_CloseStdin:
+				if !in.CloseStdin {
+					cancel(shoal.Invalid("close_stdin", "must be true when set (it closes the command's stdin)"))
+					return
+				}
 				stdinW.Close()
 			case *shoalv1.ExecInput_Resize:
 				sz, err := termSize("resize", in.Resize)
@@ -192,8 +246,8 @@ func (s *Server) ExecInteractive(stream shoalv1.Shoal_ExecInteractiveServer) err
 		}
 	}()
 	err = s.runExec(ctx, id, spec, stream.Send)
-	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause // the caller's bad message ended the command
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause // the caller's bad message or broken stream ended the command
 	}
 	return err
 }
@@ -241,8 +295,9 @@ func execSpec(prefix string, req *shoalv1.ExecRequest) (shoal.ExecSpec, error) {
 			return spec, shoal.Invalid(prefix+"user", "%q is not UID or UID:GID (numbers)", trunc(u))
 		}
 		for n := range strings.SplitSeq(u, ":") {
-			if _, err := strconv.ParseUint(n, 10, 32); err != nil {
-				return spec, shoal.Invalid(prefix+"user", "%q: ids are at most %d", u, uint32(1<<32-1))
+			// 4294967295 is (uid_t)-1, which set*id reads as "unchanged".
+			if v, err := strconv.ParseUint(n, 10, 32); err != nil || v == 1<<32-1 {
+				return spec, shoal.Invalid(prefix+"user", "%q: ids are at most %d", u, uint32(1<<32-2))
 			}
 		}
 	}
@@ -264,4 +319,12 @@ func termSize(field string, t *shoalv1.TerminalSize) (shoal.TermSize, error) {
 		return shoal.TermSize{}, shoal.Invalid(field, "%dx%d is out of range: rows and cols 1-%d", t.GetRows(), t.GetCols(), maxTermSize)
 	}
 	return shoal.TermSize{Rows: uint(t.GetRows()), Cols: uint(t.GetCols())}, nil
+}
+
+// brokenInput reports whether err, from a Recv of the caller's messages,
+// is input that broke (a message too large or that does not decode), not
+// its end: a half-close (io.EOF) ends stdin, and a caller that went away
+// has ended the call's context already.
+func brokenInput(err error) bool {
+	return !errors.Is(err, io.EOF) && status.Code(err) != codes.Canceled && status.Code(err) != codes.DeadlineExceeded
 }

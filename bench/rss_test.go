@@ -36,7 +36,8 @@ import (
 // would), so the RSS includes what serving a full list leaves behind.
 //
 // make bench-scale measures the same thing through a whole fleet's real
-// creates; this one needs one node and about a minute.
+// creates; this one needs one node and about a minute. It measures once,
+// whatever b.N is: run it with -benchtime 1x (make bench does).
 func BenchmarkNodeRSS(b *testing.B) {
 	testenv.RequireDocker(b)
 	bin := testenv.Binary(b)

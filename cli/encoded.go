@@ -47,6 +47,9 @@ func (c itemsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	// A copy: gRPC reuses data's buffers once Unmarshal returns, and the
 	// items are slices of it.
 	b := data.Materialize()
+	// A retried call (apiclient retries lists) decodes into the same
+	// reply: only this answer's items count.
+	r.items = r.items[:0]
 	items := r.resp.ProtoReflect().Descriptor().Fields().ByName("items").Number()
 	var rest []byte
 	for len(b) > 0 {

@@ -119,7 +119,11 @@ func (a *app) exec(c *cli.Context, name string, cmd []string, stdin, tty bool) e
 	// the cancel releases the rest of the call.
 	ctx, cancel := context.WithCancel(c.Context)
 	defer cancel()
-	if !stdin && !tty {
+	// Options go by ExecInteractive: a node of an older version would
+	// ignore them on Exec (and run the command as the image's user, with
+	// no deadline); on ExecInteractive it answers UNIMPLEMENTED instead.
+	options := req.Workdir != "" || len(req.Env) > 0 || req.Timeout != nil || req.User != ""
+	if !stdin && !tty && !options {
 		stream, err := api.Exec(ctx, req)
 		if err != nil {
 			return err
@@ -163,6 +167,15 @@ func (a *app) exec(c *cli.Context, name string, cmd []string, stdin, tty bool) e
 	if sizeFd >= 0 && tty {
 		wg.Go(func() { s.resizes(ctx, sizeFd) })
 	}
+	if !stdin {
+		// No -i: the command reads an empty stdin, as on Exec.
+		if err := s.send(&shoalv1.ExecInput{Input: &shoalv1.ExecInput_CloseStdin{CloseStdin: true}}); err != nil {
+			return a.execOutput(ctx, name, stream)
+		}
+		if !tty {
+			_ = s.closeSend() // and nothing else will be sent (no resizes)
+		}
+	}
 	if stdin {
 		// Not waited for: a read from a terminal cannot be interrupted, so
 		// this copy may outlive the call, blocked in Read until the
@@ -189,6 +202,13 @@ func (s *execSender) send(m *shoalv1.ExecInput) error {
 // stdinChunk is the most stdin one message carries.
 const stdinChunk = 256 << 10
 
+// closeSend ends the sending side of the call: nothing else will be sent.
+func (s *execSender) closeSend() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stream.CloseSend()
+}
+
 // copyStdin sends r as stdin until its EOF, then closes the command's
 // stdin (and, with closeSend, the sending side of the call: nothing else
 // will be sent).
@@ -204,9 +224,7 @@ func (s *execSender) copyStdin(r io.Reader, closeSend bool) {
 		if err != nil { // EOF, or stdin failed: either way it has ended
 			_ = s.send(&shoalv1.ExecInput{Input: &shoalv1.ExecInput_CloseStdin{CloseStdin: true}})
 			if closeSend {
-				s.mu.Lock()
-				_ = s.stream.CloseSend()
-				s.mu.Unlock()
+				_ = s.closeSend()
 			}
 			return
 		}

@@ -201,7 +201,7 @@ Warnings of the server (say, a corrupt record it skipped) go to stderr.`,
 				// for threads the system does not run. The first comes
 				// at 4 MiB of heap by default, and 3,000 sandboxes
 				// allocate about 7.
-				debug.SetGCPercent(400)
+				defer debug.SetGCPercent(debug.SetGCPercent(400)) // Main may run in a longer-lived process (tests)
 				_, warnings, err := allPages(func(tok string) (listPage[[]byte], error) {
 					resp := &shoalv1.ListSandboxesResponse{}
 					items, err := invokeEncoded(c.Context, a.conn, shoalv1.Shoal_ListSandboxes_FullMethodName, req(tok), resp)

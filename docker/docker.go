@@ -696,8 +696,12 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdo
 			case <-ended:
 				return
 			}
-			_, _ = io.Copy(att.Conn, spec.Stdin)
-			_ = att.CloseWrite()
+			// Only a clean end of stdin reaches the command as EOF: a
+			// broken input stream must not look like finished input (the
+			// caller ends ctx then, and the command is killed).
+			if _, err := io.Copy(att.Conn, spec.Stdin); err == nil {
+				_ = att.CloseWrite()
+			}
 		}()
 	}
 	if spec.TTY && spec.Resize != nil {
@@ -724,7 +728,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdo
 			// The output cannot be delivered (the caller is gone) or the
 			// engine's stream broke: either way nobody will see this
 			// command's result, so it must not run on.
-			r.killExec(ctx, id, ex.ID, pw, ended)
+			r.killExec(ctx, id, spec.User, ex.ID, pw, ended)
 			switch {
 			case ctx.Err() != nil:
 				return shoal.ExecResult{}, ctx.Err()
@@ -734,10 +738,10 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdo
 			return shoal.ExecResult{}, fmt.Errorf("exec output: %w", copyErr)
 		}
 	case <-ctx.Done():
-		r.killExec(ctx, id, ex.ID, pw, ended)
+		r.killExec(ctx, id, spec.User, ex.ID, pw, ended)
 		return shoal.ExecResult{}, ctx.Err()
 	case <-timeout:
-		r.killExec(ctx, id, ex.ID, pw, ended)
+		r.killExec(ctx, id, spec.User, ex.ID, pw, ended)
 		return shoal.ExecResult{ExitCode: shoal.ExitTimedOut, TimedOut: true}, nil
 	}
 	if pw.err != nil {
@@ -755,17 +759,35 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdo
 		}
 		select {
 		case <-ctx.Done():
-			r.killExec(ctx, id, ex.ID, pw, ended)
+			r.killExec(ctx, id, spec.User, ex.ID, pw, ended)
 			return shoal.ExecResult{}, ctx.Err()
+		case <-timeout:
+			// The output ended (say, the command closed it) but the
+			// command runs on: the deadline still holds.
+			r.killExec(ctx, id, spec.User, ex.ID, pw, ended)
+			return shoal.ExecResult{ExitCode: shoal.ExitTimedOut, TimedOut: true}, nil
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
 
-// killExec kills an exec'd process and its process group. The pid may not
-// have arrived yet when the caller left at once; it is waited for while the
-// output stream lives (ended is closed when it has ended).
-func (r *Runtime) killExec(ctx context.Context, id, execID string, pw *pidWriter, ended <-chan struct{}) {
+// killScript kills an exec'd process ($1), its process group, and every
+// process of its session: runc makes each exec a session leader, and a
+// shell with job control (an interactive one) puts each job in a process
+// group of its own, in that session. NSsid is the session id in the
+// container's pid namespace.
+const killScript = `kill -9 -"$1" "$1" 2>/dev/null
+for f in /proc/[0-9]*/status; do
+	if grep -q "^NSsid:[[:space:]]*$1\$" "$f" 2>/dev/null; then p=${f#/proc/}; kill -9 "${p%/status}" 2>/dev/null; fi
+done
+true`
+
+// killExec kills an exec'd process, its process group and its session, as
+// user (the exec's own: a command of another uid could refuse the signal).
+// The pid may not have arrived yet when the caller left at once; it is
+// waited for while the output stream lives (ended is closed when it has
+// ended).
+func (r *Runtime) killExec(ctx context.Context, id, user, execID string, pw *pidWriter, ended <-chan struct{}) {
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillTimeout)
 	defer cancel()
 	select {
@@ -785,7 +807,7 @@ func (r *Runtime) killExec(ctx context.Context, id, execID string, pw *pidWriter
 		return
 	}
 	pid := strconv.Itoa(pw.pid)
-	if _, err := r.run(kctx, id, []string{"kill", "-9", "-" + pid, pid}, nil); err != nil {
+	if _, err := r.runAs(kctx, id, user, []string{"/bin/sh", "-c", killScript, "shoal-kill", pid}, nil); err != nil {
 		r.log.Warn("kill exec", "container", id[:min(12, len(id))], "pid", pid, "err", err)
 	}
 }
@@ -802,7 +824,12 @@ type ranCommand struct {
 // run runs a short command of shoal's own in a container, waits for it to
 // end (its output read to the end) and returns its output and exit code.
 func (r *Runtime) run(ctx context.Context, id string, cmd, env []string) (ranCommand, error) {
-	ex, err := r.cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, Env: env, AttachStdout: true, AttachStderr: true})
+	return r.runAs(ctx, id, "", cmd, env)
+}
+
+// runAs is run as user (UID[:GID]; "" is the image's user).
+func (r *Runtime) runAs(ctx context.Context, id, user string, cmd, env []string) (ranCommand, error) {
+	ex, err := r.cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, Env: env, User: user, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
 			return ranCommand{}, shoal.FailedPrecondition("container is not running: %s", daemonText(err))

@@ -1701,7 +1701,7 @@ type ExecInput_Start struct {
 }
 
 type ExecInput_Stdin struct {
-	// Bytes of standard input, at most 1 MiB a message.
+	// Bytes of standard input (a message is bounded by the node's request size limit).
 	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"`
 }
 
