@@ -48,11 +48,7 @@ func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer)
 		spec.Stdin = io.NopCloser(bytes.NewReader(req.Stdin))
 	}
 	ctx := stream.Context()
-	id, remote, err := s.container(ctx, req.Workspace, req.Name, true)
-	if err != nil {
-		return err
-	}
-	release, err := s.execs.acquire()
+	id, remote, release, err := s.execSlot(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -94,6 +90,21 @@ func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer)
 		return relay(remote, s.cfg.Node, "exec", fwd, stream.Send)
 	}
 	return s.runExec(ctx, id, spec, stream.Send)
+}
+
+// execSlot finds the container of req's sandbox (here, or remote: its
+// owner) and takes one of this node's --max-execs slots for the call;
+// release gives it back.
+func (s *Server) execSlot(ctx context.Context, req *shoalv1.ExecRequest) (id string, remote *ownerCall, release func(), err error) {
+	id, remote, err = s.container(ctx, req.Workspace, req.Name, true)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	release, err = s.execs.acquire()
+	if err != nil {
+		return "", nil, nil, err
+	}
+	return id, remote, release, nil
 }
 
 // hasExecOptions reports whether req sets any option beyond the command
@@ -138,11 +149,7 @@ func (s *Server) ExecInteractive(stream shoalv1.Shoal_ExecInteractiveServer) err
 		return err
 	}
 	ctx := stream.Context()
-	id, remote, err := s.container(ctx, req.Workspace, req.Name, true)
-	if err != nil {
-		return err
-	}
-	release, err := s.execs.acquire()
+	id, remote, release, err := s.execSlot(ctx, req)
 	if err != nil {
 		return err
 	}

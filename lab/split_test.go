@@ -2,7 +2,6 @@ package lab_test
 
 import (
 	"regexp"
-	"strings"
 	"testing"
 
 	"shoal/internal/testenv"
@@ -16,26 +15,6 @@ var labOnly = regexp.MustCompile(`gonum|porcupine|^shoal/chaos(/|$)|^shoal/scale
 // the dependencies of cmd/shoal or cmd/shoal-node, directly or through
 // another, is one of the lab's. shoal-lab does link them, which shows the pattern matches.
 func TestShoalLinksNoLab(t *testing.T) {
-	for _, pkg := range []string{"shoal/cmd/shoal", "shoal/cmd/shoal-node"} {
-		var found []string
-		for _, p := range testenv.Deps(t, pkg) {
-			if labOnly.MatchString(p) {
-				found = append(found, p)
-			}
-		}
-		if len(found) > 0 {
-			t.Errorf("%s links lab packages (they belong in shoal-lab): %s", pkg, strings.Join(found, " "))
-		}
-	}
-	want := map[string]bool{"shoal/chaos": false, "shoal/scale": false, "github.com/anishathalye/porcupine": false, "gonum.org/v1/plot": false}
-	for _, p := range testenv.Deps(t, "shoal/cmd/shoal-lab") {
-		if _, ok := want[p]; ok {
-			want[p] = true
-		}
-	}
-	for p, ok := range want {
-		if !ok {
-			t.Errorf("cmd/shoal-lab does not link %s", p)
-		}
-	}
+	testenv.LinksNone(t, labOnly, "lab packages belong in shoal-lab", "shoal/cmd/shoal", "shoal/cmd/shoal-node")
+	testenv.LinksAll(t, "shoal/cmd/shoal-lab", "shoal/chaos", "shoal/scale", "github.com/anishathalye/porcupine", "gonum.org/v1/plot")
 }

@@ -2,7 +2,6 @@ package nodecmd_test
 
 import (
 	"regexp"
-	"strings"
 	"testing"
 
 	"shoal/internal/testenv"
@@ -18,26 +17,6 @@ var serverSide = regexp.MustCompile(`^shoal/(apiserver|agent|node|store|coordina
 // binary, cmd/shoal-node, does link them, through this package, which
 // shows the pattern matches.
 func TestCLILinksNoServer(t *testing.T) {
-	for _, pkg := range []string{"shoal/cli", "shoal/cmd/shoal"} {
-		var found []string
-		for _, p := range testenv.Deps(t, pkg) {
-			if serverSide.MatchString(p) {
-				found = append(found, p)
-			}
-		}
-		if len(found) > 0 {
-			t.Errorf("%s links server packages (commands that need them belong in nodecmd): %s", pkg, strings.Join(found, " "))
-		}
-	}
-	want := map[string]bool{"shoal/nodecmd": false, "shoal/node": false, "shoal/apiserver": false, "shoal/embedetcd": false, "shoal/docker": false}
-	for _, p := range testenv.Deps(t, "shoal/cmd/shoal-node") {
-		if _, ok := want[p]; ok {
-			want[p] = true
-		}
-	}
-	for p, ok := range want {
-		if !ok {
-			t.Errorf("cmd/shoal-node does not link %s", p)
-		}
-	}
+	testenv.LinksNone(t, serverSide, "commands that need server packages belong in nodecmd", "shoal/cli", "shoal/cmd/shoal")
+	testenv.LinksAll(t, "shoal/cmd/shoal-node", "shoal/nodecmd", "shoal/node", "shoal/apiserver", "shoal/embedetcd", "shoal/docker")
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -67,4 +68,37 @@ func Deps(t testing.TB, pkg string) []string {
 		t.Fatalf("go list -deps %s: %v", pkg, err)
 	}
 	return strings.Fields(string(out))
+}
+
+// LinksNone fails t for each of pkgs that links, directly or through
+// another, a package that forbidden matches; rule says why they must not
+// (it ends the error).
+func LinksNone(t testing.TB, forbidden *regexp.Regexp, rule string, pkgs ...string) {
+	t.Helper()
+	for _, pkg := range pkgs {
+		var found []string
+		for _, p := range Deps(t, pkg) {
+			if forbidden.MatchString(p) {
+				found = append(found, p)
+			}
+		}
+		if len(found) > 0 {
+			t.Errorf("%s links %s (%s)", pkg, strings.Join(found, " "), rule)
+		}
+	}
+}
+
+// LinksAll fails t for each of want that pkg does not link: the other
+// side of a LinksNone rule, which shows its pattern matches something.
+func LinksAll(t testing.TB, pkg string, want ...string) {
+	t.Helper()
+	linked := map[string]bool{}
+	for _, p := range Deps(t, pkg) {
+		linked[p] = true
+	}
+	for _, w := range want {
+		if !linked[w] {
+			t.Errorf("%s does not link %s", pkg, w)
+		}
+	}
 }
