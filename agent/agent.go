@@ -17,6 +17,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/events"
 	"shoal/internal/backoff"
 	"shoal/metrics"
 	"shoal/store"
@@ -99,6 +100,8 @@ type Config struct {
 	Limits shoal.SandboxLimits
 	// Metrics, if set, times provisioning and teardown and counts reaps.
 	Metrics *metrics.Metrics
+	// Events, if set, records what the agent did and saw (events.go).
+	Events Events
 	// Engine is pinged every EngineCheck (default DefaultEngineCheck); an
 	// engine that has not answered for EngineGrace (default
 	// DefaultEngineGrace; the node passes 2 × its TTL) is down
@@ -540,9 +543,14 @@ func (a *Agent) teardown(ctx context.Context, sb *shoalv1.Sandbox) error {
 	defer span.End()
 	defer func(start time.Time) { a.cfg.Metrics.Teardown(time.Since(start)) }(time.Now())
 	if err := a.cfg.Runtime.Remove(ctx, sb.Meta.Uid); err != nil {
+		a.record(sb, events.Event{Reason: events.FailedTeardown, Message: "removing the container failed; trying again: " + err.Error()})
 		return err
 	}
-	return a.cfg.Store.RecordTeardown(ctx, sb.Meta.Workspace, sb.Meta.Name, sb.Meta.Uid)
+	if err := a.cfg.Store.RecordTeardown(ctx, sb.Meta.Workspace, sb.Meta.Name, sb.Meta.Uid); err != nil {
+		return err
+	}
+	a.record(sb, events.Event{Reason: events.TornDown, Message: fmt.Sprintf("node %s removed the container", a.cfg.Node), Details: map[string]string{"node": a.cfg.Node}})
+	return nil
 }
 
 func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
@@ -613,8 +621,11 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 			// attempt is not counted against it.
 			return fmt.Errorf("provision %s: the engine does not answer: %w", sb.Meta.Name, err)
 		}
-		if !permanent && a.attempt(sb.Meta.Uid) < MaxProvisionAttempts {
-			return fmt.Errorf("provision %s: %w", sb.Meta.Name, err)
+		if !permanent {
+			if n := a.attempt(sb.Meta.Uid); n < MaxProvisionAttempts {
+				a.record(sb, events.Event{Reason: events.Failed, Message: fmt.Sprintf("starting the container failed (attempt %d of %d; it is tried again): %v", n, MaxProvisionAttempts, err)})
+				return fmt.Errorf("provision %s: %w", sb.Meta.Name, err)
+			}
 		}
 		msg := err.Error()
 		if !permanent {
@@ -630,6 +641,8 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	a.mu.Lock()
 	delete(a.attempts, sb.Meta.Uid)
 	a.mu.Unlock()
+	a.record(sb, events.Event{Reason: events.Created, Message: fmt.Sprintf("created container %s from image %s", short(id), spec.GetImage()),
+		Details: map[string]string{"container_id": id, "image": spec.GetImage()}})
 	// Report what the container is doing now, not what it was asked to
 	// do: a command that already ended is STOPPED (or ERROR), never READY.
 	// If it ends after this look, its die event queues this sandbox again
@@ -778,14 +791,18 @@ const MaxMessageBytes = 1024
 // setStatus applies a status change through the update loop, unless the
 // sandbox was replaced or is being deleted meanwhile.
 func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*shoalv1.SandboxStatus)) error {
-	_, err := a.cfg.Store.UpdateSandbox(ctx, seen.Meta.Workspace, seen.Meta.Name, store.Preconditions{UID: seen.Meta.Uid},
+	var prev shoalv1.SandboxPhase // the phase f changed, for its event
+	var wasLost, applied bool
+	updated, err := a.cfg.Store.UpdateSandbox(ctx, seen.Meta.Workspace, seen.Meta.Name, store.Preconditions{UID: seen.Meta.Uid},
 		func(sb *shoalv1.Sandbox) error {
+			applied = false
 			if sb.Meta.DeletionTimestamp != nil {
 				return nil
 			}
 			if sb.Status == nil {
 				sb.Status = &shoalv1.SandboxStatus{}
 			}
+			prev, wasLost, applied = sb.Status.Phase, nodeLost(sb.Status), true
 			f(sb.Status)
 			// Observed: this node's agent reports on the container, so the
 			// node is not lost (any more).
@@ -801,6 +818,9 @@ func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*sh
 			}
 			return nil
 		})
+	if err == nil && applied {
+		a.transition(updated, prev, wasLost)
+	}
 	return ignoreGone(err)
 }
 

@@ -97,13 +97,13 @@ func (a *Agent) freeze(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var run []string
+	var run []shoal.Container
 	for _, c := range cs {
 		if c.State != "running" {
 			continue // paused by someone else, or not running: not ours to thaw
 		}
 		a.paused[c.ID] = true
-		run = append(run, c.ID)
+		run = append(run, c)
 	}
 	if len(run) > 0 {
 		if err := a.saveFrozen(); err != nil {
@@ -115,11 +115,11 @@ func (a *Agent) freeze(ctx context.Context) error {
 	n := 0
 	sem := make(chan struct{}, pauseWidth)
 	var wg sync.WaitGroup
-	for _, id := range run {
+	for _, c := range run {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			err := a.cfg.Runtime.Pause(ctx, id)
+			err := a.cfg.Runtime.Pause(ctx, c.ID)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -127,6 +127,7 @@ func (a *Agent) freeze(ctx context.Context) error {
 				return
 			}
 			n++
+			a.recordFrozen(c)
 		})
 	}
 	wg.Wait()
@@ -162,11 +163,12 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 		// nothing on the strength of an incomplete list.
 		return shoal.DataLoss("sandbox list incomplete: %s", strings.Join(page.Warnings, "; "))
 	}
-	live := map[string]bool{}
+	live, known := map[string]bool{}, map[string]bool{}
 	for _, sb := range page.Items {
 		if sb.Meta.DeletionTimestamp == nil {
 			live[sb.Meta.Uid] = true
 		}
+		known[sb.Meta.Uid] = true
 		q.Add(item{sb.Meta.Workspace, sb.Meta.Name})
 	}
 	removed, thawed := 0, 0
@@ -179,12 +181,16 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 				continue
 			}
 			removed++
+			if !known[c.UID] {
+				a.recordGoneOnRejoin(c) // (a DELETING one's teardown records its own)
+			}
 		case a.paused[c.ID]:
 			if err := a.cfg.Runtime.Unpause(ctx, c.ID); err != nil {
 				errs = append(errs, err)
 				continue
 			}
 			thawed++
+			a.recordThawed(c)
 		}
 		delete(a.paused, c.ID)
 	}

@@ -25,6 +25,8 @@ var methodRoles = map[string][]pki.Role{
 	"/shoal.v1.Shoal/WatchSandboxes": readers,
 	"/shoal.v1.Shoal/GetProvider":    readers,
 	"/shoal.v1.Shoal/ListProviders":  readers,
+	"/shoal.v1.Shoal/ListEvents":     readers,
+	"/shoal.v1.Shoal/WatchEvents":    readers,
 	"/shoal.v1.Cluster/ListNodes":    readers,
 	"/shoal.v1.Cluster/GetNode":      readers,
 	"/shoal.v1.Cluster/Status":       readers,

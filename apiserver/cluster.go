@@ -23,7 +23,10 @@ type ClusterConfig struct {
 	// Transport dials the member (mutual TLS, or plaintext when nil).
 	Transport *pki.Transport
 	// Keys is the node's key ring, for RotateEncryptionKey; nil: none.
-	Keys   *encryption.KeyRing
+	Keys *encryption.KeyRing
+	// Events, if set, records the deletions a drain or a node removal
+	// asks for.
+	Events Events
 	Logger *slog.Logger
 }
 

@@ -48,7 +48,7 @@ func (c *ClusterServer) RemoveNode(ctx context.Context, req *shoalv1.RemoveNodeR
 	if err := c.cfg.Store.ForgetNode(ctx, req.Name); err != nil {
 		return nil, err
 	}
-	names, err := c.sandboxesOn(ctx, req.Name, true)
+	names, err := c.sandboxesOn(ctx, req.Name, true, "node remove "+req.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func (c *ClusterServer) DrainNode(ctx context.Context, req *shoalv1.DrainNodeReq
 	if err := c.cfg.Store.CordonNode(ctx, req.Name, true); err != nil {
 		return nil, err
 	}
-	names, err := c.sandboxesOn(ctx, req.Name, req.Delete)
+	names, err := c.sandboxesOn(ctx, req.Name, req.Delete, "node drain "+req.Name+" --delete")
 	if err != nil {
 		return nil, err
 	}
@@ -76,8 +76,9 @@ func (c *ClusterServer) DrainNode(ctx context.Context, req *shoalv1.DrainNodeReq
 }
 
 // sandboxesOn lists the sandboxes of a node as "workspace/name" and, with
-// del, requests the deletion of each that is not being deleted yet.
-func (c *ClusterServer) sandboxesOn(ctx context.Context, node string, del bool) ([]string, error) {
+// del, requests the deletion of each that is not being deleted yet
+// (through says how, for its DeleteRequested event).
+func (c *ClusterServer) sandboxesOn(ctx context.Context, node string, del bool, through string) ([]string, error) {
 	page, err := c.cfg.Store.ListSandboxes(ctx, "", store.ListOptions{}, func(sb *shoalv1.Sandbox) bool {
 		return store.NodeOf(sb) == node
 	})
@@ -88,7 +89,7 @@ func (c *ClusterServer) sandboxesOn(ctx context.Context, node string, del bool) 
 	for _, sb := range page.Items {
 		m := sb.GetMeta()
 		if del && m.GetDeletionTimestamp() == nil {
-			_, err := c.cfg.Store.MarkSandboxDeleting(ctx, m.Workspace, m.Name, store.Preconditions{UID: m.Uid})
+			marked, err := c.cfg.Store.MarkSandboxDeleting(ctx, m.Workspace, m.Name, store.Preconditions{UID: m.Uid})
 			switch shoal.KindOf(err) {
 			case shoal.KindNotFound, shoal.KindConflict:
 				continue // gone or replaced meanwhile
@@ -96,6 +97,7 @@ func (c *ClusterServer) sandboxesOn(ctx context.Context, node string, del bool) 
 			if err != nil {
 				return nil, err
 			}
+			recordDeleteRequested(ctx, c.cfg.Events, marked, through)
 		}
 		names = append(names, m.Workspace+"/"+m.Name)
 	}

@@ -338,6 +338,7 @@ func (s *Server) DeleteSandbox(ctx context.Context, req *shoalv1.DeleteSandboxRe
 	if err != nil {
 		return nil, err
 	}
+	recordDeleteRequested(ctx, s.cfg.Events, sb, "sandbox delete")
 	if !req.Wait {
 		return &shoalv1.DeleteSandboxResponse{Sandbox: sb}, nil
 	}

@@ -68,8 +68,10 @@ type Config struct {
 	Audit Auditor
 	// Metrics, if set, counts calls by method and code, with latencies.
 	Metrics *metrics.Metrics
-	Logger  *slog.Logger
-	Tracer  trace.Tracer
+	// Events, if set, records the deletions asked for (events.go).
+	Events Events
+	Logger *slog.Logger
+	Tracer trace.Tracer
 	// TracerProvider, if set, traces forwarded calls (their trace context
 	// goes to the owner node).
 	TracerProvider trace.TracerProvider

@@ -39,6 +39,9 @@ type Config struct {
 	// Resync lists all DELETING sandboxes and terminating providers this
 	// often, in case a watch event was missed.
 	Resync time.Duration
+	// Events, if set, records the Fenced event of each sandbox of a lost
+	// node once its fence time has passed (fenced.go).
+	Events Events
 	Logger *slog.Logger
 	Tracer trace.Tracer
 }
@@ -50,6 +53,8 @@ const DefaultFenceMargin = 10 * time.Second
 type Coordinator struct {
 	cfg Config
 	log *slog.Logger
+
+	fenced fencedNodes // this term's Fenced events (fenced.go)
 }
 
 // New validates cfg and returns a Coordinator.
@@ -151,6 +156,7 @@ const taskTimeout = time.Minute
 // lead runs one term. It returns when ctx ends (lease lost or shutdown).
 func (c *Coordinator) lead(ctx context.Context, l *lease.Leadership) error {
 	var fence store.Fence = l // the term's token: every write below compares it
+	c.fenced.reset()
 	q := workqueue.New(task.key)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -392,7 +398,7 @@ func (c *Coordinator) process(ctx context.Context, fence store.Fence, q *workque
 		}
 		return 0, err
 	case nodeLost:
-		return 0, c.markNodeLost(ctx, fence, t.name)
+		return c.markNodeLost(ctx, fence, t.name)
 	case forgetNode:
 		gone, left, err := c.cfg.Store.CompleteForget(ctx, t.name, fence)
 		if err == nil && !gone && left > 0 {
@@ -456,17 +462,22 @@ func (c *Coordinator) teardown(ctx context.Context, fence store.Fence, q *workqu
 
 // markNodeLost acts on a node whose registry key is gone: it records the loss
 // (once) and gives its sandboxes phase UNKNOWN. Nothing is rescheduled:
-// sandboxes hold local state.
-func (c *Coordinator) markNodeLost(ctx context.Context, fence store.Fence, id string) error {
+// sandboxes hold local state. Until the node's fence time it returns what
+// is left of it, so that the task runs again then and records that the
+// node is fenced (fenced.go).
+func (c *Coordinator) markNodeLost(ctx context.Context, fence store.Fence, id string) (time.Duration, error) {
 	since, err := c.cfg.Store.MarkNodeLost(ctx, id, fence)
 	if err != nil || since.IsZero() {
-		return err
+		return 0, err
 	}
 	n, err := c.cfg.Store.MarkSandboxesUnknown(ctx, id, since, fence)
 	if n > 0 {
 		c.log.Warn("node lost: its sandboxes are UNKNOWN until it is back", "node", id, "sandboxes", n, "since", since)
 	}
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return c.recordFenced(ctx, id, since)
 }
 
 // fencedWrite logs an applied leader-only write. (The store logs every

@@ -25,6 +25,8 @@ type Metrics struct {
 	teardown         prometheus.Histogram
 	provision        prometheus.Histogram
 	orphansReaped    prometheus.Counter
+	eventsWritten    prometheus.Counter
+	eventsDropped    *prometheus.CounterVec
 }
 
 // New makes the registry with shoal's metrics and Go's process metrics.
@@ -52,8 +54,12 @@ func New() *Metrics {
 		Help: "Creating and starting a sandbox's container, on its owner.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)})
 	m.orphansReaped = prometheus.NewCounter(prometheus.CounterOpts{Name: "shoal_orphans_reaped_total",
 		Help: "Labelled containers without a record that this node removed."})
+	m.eventsWritten = prometheus.NewCounter(prometheus.CounterOpts{Name: "shoal_events_written_total",
+		Help: "Sandbox events this node wrote to etcd (a coalesced repeat rewrites its event and counts again)."})
+	m.eventsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shoal_events_dropped_total",
+		Help: "Sandbox events this node recorded but did not write, by reason: queue_full, rate_limited, refused (etcd refused the write), expired (older than --event-ttl before it could be written), shutdown."}, []string{"reason"})
 	m.reg.MustRegister(m.apiRequests, m.apiDuration, m.updateAttempts, m.updateConflicts, m.identicalRetries,
-		m.fencedRejections, m.leaseRenewals, m.etcdRTT, m.teardown, m.provision, m.orphansReaped,
+		m.fencedRejections, m.leaseRenewals, m.etcdRTT, m.teardown, m.provision, m.orphansReaped, m.eventsWritten, m.eventsDropped,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The known label values start at zero, so that every series exists
 	// (and a rate over it is defined) before its first event.
@@ -64,6 +70,9 @@ func New() *Metrics {
 	}
 	for _, r := range []string{"ok", "failed"} {
 		m.leaseRenewals.WithLabelValues(r)
+	}
+	for _, r := range EventDropReasons {
+		m.eventsDropped.WithLabelValues(r)
 	}
 	return m
 }
@@ -140,6 +149,25 @@ func (m *Metrics) Provision(d time.Duration) {
 func (m *Metrics) OrphanReaped() {
 	if m != nil {
 		m.orphansReaped.Inc()
+	}
+}
+
+// EventDropReasons are the reason label values of
+// shoal_events_dropped_total (package events says when each applies).
+var EventDropReasons = []string{"queue_full", "rate_limited", "refused", "expired", "shutdown"}
+
+// EventsWritten records n sandbox events written to etcd.
+func (m *Metrics) EventsWritten(n int) {
+	if m != nil {
+		m.eventsWritten.Add(float64(n))
+	}
+}
+
+// EventsDropped records n sandbox events dropped for reason (one of
+// EventDropReasons).
+func (m *Metrics) EventsDropped(reason string, n int) {
+	if m != nil {
+		m.eventsDropped.WithLabelValues(reason).Add(float64(n))
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"shoal/apiserver"
 	"shoal/connlimit"
 	"shoal/docker"
+	"shoal/events"
 	"shoal/lease"
 	"shoal/pki"
 	"shoal/registry"
@@ -101,6 +102,9 @@ type Config struct {
 	// makes the node publish EngineUnavailable (agent/engine.go). 0:
 	// 2 × NodeTTL.
 	EngineGrace time.Duration
+	// EventTTL is how long the sandbox events this node records are kept
+	// (package events; 0: events.DefaultTTL, an hour).
+	EventTTL time.Duration
 	// FenceMargin: while this node leads, a deletion of a sandbox whose
 	// node is lost completes this long after the loss was recorded
 	// (store/deletion.go). 0: NodeTTL.
@@ -170,6 +174,13 @@ const (
 	RuntimeLabel  = "shoal.dev/runtime"
 )
 
+// The bounds of --event-ttl: long enough to read what just happened, short
+// enough that a busy cluster's history stays a small part of etcd.
+const (
+	MinEventTTL = time.Minute
+	MaxEventTTL = 24 * time.Hour
+)
+
 // DefaultListen is the API's default address.
 const DefaultListen = "127.0.0.1:7443"
 
@@ -237,6 +248,7 @@ func DefaultConfig() Config {
 		MaxStreamsPerClient: apiserver.DefaultMaxStreamsPerClient,
 		StartupWindow:       agent.DefaultStartupWindow,
 		NodeTTL:             registry.DefaultTTL,
+		EventTTL:            events.DefaultTTL,
 		WatchCache:          true,
 		Runtime:             RuntimeDocker,
 		SandboxLimits:       shoal.DefaultSandboxLimits(),
@@ -329,6 +341,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NodeTTL < time.Second {
 		return fmt.Errorf("--node-ttl: %s is below the 1s minimum", c.NodeTTL)
+	}
+	if c.EventTTL != 0 && (c.EventTTL < MinEventTTL || c.EventTTL > MaxEventTTL) {
+		return fmt.Errorf("--event-ttl: %s is not between %s and %s", c.EventTTL, MinEventTTL, MaxEventTTL)
 	}
 	if c.FenceMargin < 0 {
 		return fmt.Errorf("--fence-margin: %s is negative (0: one --node-ttl)", c.FenceMargin)

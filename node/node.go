@@ -33,6 +33,7 @@ import (
 	"shoal/docker"
 	"shoal/embedetcd"
 	"shoal/encryption"
+	"shoal/events"
 	"shoal/hollow"
 	"shoal/lease"
 	"shoal/metrics"
@@ -177,6 +178,7 @@ type parts struct {
 	api       *apiserver.Server
 	co        *coordinator.Coordinator
 	ag        *agent.Agent
+	ev        *events.Recorder
 	gs        *grpc.Server
 	lis       net.Listener
 	apiLis    *connlimit.Listener
@@ -246,7 +248,13 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 	if cfg.MetricsListen != "" {
 		p.m = metrics.New()
 	}
-	st := store.New(cli, store.Options{Prefix: cfg.Prefix, Logger: cfg.Logger, Keys: n.keys, Metrics: p.m, Tracer: tp.Tracer("shoal/store")})
+	// What the node does to sandboxes is recorded as events: every part
+	// gets the one recorder, which writes through a log of its own over
+	// the same client (events/doc.go).
+	if p.ev, err = events.New(events.Config{Node: cfg.ID, Log: store.NewEventLog(cli, cfg.Prefix), TTL: cfg.EventTTL, Metrics: p.m, Logger: cfg.Logger}); err != nil {
+		return p, err
+	}
+	st := store.New(cli, store.Options{Prefix: cfg.Prefix, Logger: cfg.Logger, Keys: n.keys, Metrics: p.m, Tracer: tp.Tracer("shoal/store"), Events: p.ev})
 	p.st = st
 	if cfg.WatchCache {
 		p.cache = st.UseCache(store.CacheOptions{Logger: cfg.Logger})
@@ -337,7 +345,7 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 		p.closers = append(p.closers, func() { al.Close() })
 		auditLog = al
 	}
-	if p.api, err = apiserver.New(apiserver.Config{Audit: auditLog, Metrics: p.m, Store: st, Runtime: rt, Engine: rt, Node: cfg.ID, Liveness: p.reg, DefaultImage: cfg.DefaultImage,
+	if p.api, err = apiserver.New(apiserver.Config{Audit: auditLog, Metrics: p.m, Events: p.ev, Store: st, Runtime: rt, Engine: rt, Node: cfg.ID, Liveness: p.reg, DefaultImage: cfg.DefaultImage,
 		MaxWatches: cfg.MaxWatches, MaxExecs: cfg.MaxExecs, MaxStreamsPerClient: perClient(cfg.MaxStreamsPerClient), Transport: n.transport, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver"), TracerProvider: tp}); err != nil {
 		return p, err
 	}
@@ -345,7 +353,7 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 	if margin == 0 {
 		margin = cfg.NodeTTL
 	}
-	if p.co, err = coordinator.New(coordinator.Config{Store: st, Elector: p.el, Resync: cfg.Resync, FenceMargin: margin,
+	if p.co, err = coordinator.New(coordinator.Config{Store: st, Elector: p.el, Resync: cfg.Resync, FenceMargin: margin, Events: p.ev,
 		Logger: cfg.Logger, Tracer: tp.Tracer("shoal/coordinator")}); err != nil {
 		return p, err
 	}
@@ -354,7 +362,7 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 		engineGrace = 2 * cfg.NodeTTL
 	}
 	if p.ag, err = agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Lease: p.reg, Engine: rt, Conditions: p.reg, EngineGrace: engineGrace, FrozenFile: filepath.Join(cfg.DataDir, frozenFile), Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
-		StartupWindow: cfg.StartupWindow, Limits: cfg.SandboxLimits, Metrics: p.m, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")}); err != nil {
+		StartupWindow: cfg.StartupWindow, Limits: cfg.SandboxLimits, Metrics: p.m, Events: p.ev, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")}); err != nil {
 		return p, err
 	}
 	// otelgrpc continues a caller's trace (W3C traceparent) into the
@@ -369,7 +377,7 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 	n.mu.Lock()
 	etcdMember := n.etcdOwn
 	n.mu.Unlock()
-	shoalv1.RegisterClusterServer(p.gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, EtcdMember: etcdMember, Transport: n.transport, Keys: n.keys, Logger: cfg.Logger}))
+	shoalv1.RegisterClusterServer(p.gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, EtcdMember: etcdMember, Transport: n.transport, Keys: n.keys, Events: p.ev, Logger: cfg.Logger}))
 	return p, nil
 }
 
@@ -390,6 +398,10 @@ type running struct {
 	served   chan struct{}
 	// http are the metrics and debug servers, in the order they started.
 	http []httpServing
+	// events is the event recorder's Start: it runs until stopEvents,
+	// after the loops that record have ended, and returns its error.
+	events     chan error
+	stopEvents context.CancelFunc
 }
 
 // httpServing is an HTTP server and the end of its Serve goroutine.
@@ -415,10 +427,10 @@ func (n *Node) serve(ctx context.Context, p *parts) (*running, error) {
 	n.addr, n.st, n.el, n.ag, n.cluster = p.lis.Addr().String(), p.st, p.el, p.ag, p.cluster
 	n.mu.Unlock()
 
-	r := &running{serveErr: make(chan error, 1), served: make(chan struct{})}
+	r := &running{serveErr: make(chan error, 1), served: make(chan struct{}), events: make(chan error, 1)}
 	p.serving = true // the servers below own (and close) the listeners
 	if p.m != nil {
-		n.observe(p.m, p.st, p.el, p.reg, p.ag)
+		n.observe(p.m, p.st, p.el, p.reg, p.ag, p.ev)
 		observeConns(p.m, p.apiLis)
 		r.startHTTP(&http.Server{Handler: p.m.Handler(n.readiness(p)), ReadHeaderTimeout: 10 * time.Second}, p.ml)
 	}
@@ -431,6 +443,13 @@ func (n *Node) serve(ctx context.Context, p *parts) (*running, error) {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		r.startHTTP(&http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, p.dl)
 	}
+
+	// The event recorder outlives the loops and the API, which record
+	// through it: stop ends it after them, so that it writes their last
+	// events.
+	ectx, stopEvents := context.WithCancel(context.WithoutCancel(ctx))
+	r.stopEvents = stopEvents
+	go func() { r.events <- p.ev.Start(ectx) }()
 
 	// The loops run until the node stops for any reason: a signal, the
 	// API server failing, or the embedded etcd failing.
@@ -537,6 +556,12 @@ func (n *Node) stop(p *parts, r *running, runErr error) error {
 			n.log.Info("loops ended by the closed etcd client", "err", err)
 		}
 	}
+	// The loops and the API are done recording: the recorder writes what
+	// it holds (within its flush timeout) and returns.
+	r.stopEvents()
+	if err := <-r.events; err != nil {
+		n.log.Warn("event recorder", "err", err)
+	}
 	// Last started, first closed.
 	for i := len(r.http) - 1; i >= 0; i-- {
 		r.http[i].srv.Close()
@@ -613,7 +638,7 @@ func instanceID(dataDir string) (string, error) {
 }
 
 // observe registers the node's state metrics, read at scrape time.
-func (n *Node) observe(m *metrics.Metrics, st *store.Store, el *lease.Elector, reg *registry.Registry, ag *agent.Agent) {
+func (n *Node) observe(m *metrics.Metrics, st *store.Store, el *lease.Elector, reg *registry.Registry, ag *agent.Agent, ev *events.Recorder) {
 	b := func(v bool) float64 {
 		if v {
 			return 1
@@ -627,6 +652,7 @@ func (n *Node) observe(m *metrics.Metrics, st *store.Store, el *lease.Elector, r
 		return b(!down)
 	})
 	m.Gauge("shoal_node_lease_held", "1 while this node holds its liveness lease.", func() float64 { return b(reg.Held()) })
+	m.Gauge("shoal_events_queued", "Sandbox events this node has recorded and not yet written (at most 4096; more are dropped).", func() float64 { return float64(ev.Queued()) })
 	if c := st.Cache(); c != nil {
 		// From the watch cache's copy only: without it a scrape would
 		// read the whole keyspace, so the two gauges are absent.

@@ -73,6 +73,7 @@ installation's, 1 any other failure.`,
 			&cli.DurationFlag{Name: "node-ttl", Value: def.NodeTTL, Usage: "liveness lease `TTL` of this node's registry entry; a node that cannot renew it within the TTL freezes its sandboxes"},
 			&cli.DurationFlag{Name: "fence-margin", DefaultText: "--node-ttl", Usage: "when this node leads, delete the sandboxes of a lost node this long after its lease expired (`DURATION`)"},
 			&cli.DurationFlag{Name: "resync", Value: def.Resync, Usage: "reconcile everything every `INTERVAL`"},
+			&cli.DurationFlag{Name: "event-ttl", Value: def.EventTTL, Usage: "keep the sandbox events this node records for `DURATION` (1m to 24h; they expire on etcd leases)"},
 			&cli.DurationFlag{Name: "engine-grace", Usage: "publish EngineUnavailable (placement skips the node, /readyz fails, its sandboxes show UNKNOWN) when the Docker engine has not answered for `DURATION` (default twice --node-ttl)"},
 			&cli.DurationFlag{Name: "orphan-grace", Value: def.OrphanGrace, Usage: "reap unrecorded containers after `DURATION`"},
 			&cli.IntFlag{Name: "max-watches", Value: def.MaxWatches, Usage: "serve at most `N` watch streams at once (more: RESOURCE_EXHAUSTED)"},
@@ -161,6 +162,7 @@ installation's, 1 any other failure.`,
 			cfg.MaxSandboxes = c.Int("max-sandboxes")
 			cfg.NodeTTL = c.Duration("node-ttl")
 			cfg.FenceMargin = c.Duration("fence-margin")
+			cfg.EventTTL = c.Duration("event-ttl")
 			cfg.Version = shoalcli.Version
 			cfg.DebugListen = c.String("debug-listen")
 			cfg.MetricsListen = c.String("metrics-listen")

@@ -194,6 +194,8 @@ func (e *OwnerPending) Error() string {
 // of the removing Txn. Without the proof it returns *OwnerPending.
 func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence Fence, margin time.Duration) (int64, error) {
 	var rev int64
+	var removed *shoalv1.Sandbox
+	var pr proof
 	_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
 		committed: &rev,
 		codec:     sandboxCodec,
@@ -211,10 +213,11 @@ func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence F
 			return nil, nil
 		},
 		related: func(ctx context.Context, old, new *shoalv1.Sandbox, fromCopy bool) ([]clientv3.Cmp, []clientv3.Op, error) {
-			proof, err := s.ownerProof(ctx, old, margin)
+			proof, err := s.ownerProof(ctx, old, margin, &pr)
 			if err != nil {
 				return nil, nil, err
 			}
+			removed = old
 			cmps, ops, err := s.sandboxRelated(ctx, old, new, fromCopy)
 			return append(cmps, proof...), ops, err
 		},
@@ -222,13 +225,16 @@ func (s *Store) RemoveSandbox(ctx context.Context, ws, name, uid string, fence F
 	if err == errGone {
 		return 0, nil
 	}
+	if err == nil && rev != 0 {
+		s.recordRemoved(removed, pr, margin)
+	}
 	return rev, err
 }
 
 // ownerProof returns the compares that prove, at commit time, that the
 // container of sb is gone or its node fenced (step 3 above), or
-// *OwnerPending.
-func (s *Store) ownerProof(ctx context.Context, sb *shoalv1.Sandbox, margin time.Duration) ([]clientv3.Cmp, error) {
+// *OwnerPending; *pr says which proof it is.
+func (s *Store) ownerProof(ctx context.Context, sb *shoalv1.Sandbox, margin time.Duration, pr *proof) ([]clientv3.Cmp, error) {
 	m := sb.GetMeta()
 	td := s.k.torndown(m.GetWorkspace(), m.GetName())
 	owner := NodeOf(sb)
@@ -242,9 +248,12 @@ func (s *Store) ownerProof(ctx context.Context, sb *shoalv1.Sandbox, margin time
 		return nil, etcdErr(ctx, err)
 	}
 	r := resp.Responses
+	*pr = proof{node: owner}
 	if kvs := r[0].GetResponseRange().GetKvs(); len(kvs) > 0 && string(kvs[0].Value) == m.GetUid() {
+		pr.kind = proofTornDown
 		return []clientv3.Cmp{clientv3.Compare(clientv3.Value(td), "=", m.GetUid())}, nil
 	}
+	pr.kind = proofNoContainer
 	if owner == "" {
 		return nil, nil // never placed: no container was ever made
 	}
@@ -267,6 +276,7 @@ func (s *Store) ownerProof(ctx context.Context, sb *shoalv1.Sandbox, margin time
 	if wait := since.Add(margin).Sub(s.now()); wait > 0 {
 		return nil, &OwnerPending{Node: owner, Lost: true, Wait: wait}
 	}
+	pr.kind, pr.lost = proofFenced, since
 	return []clientv3.Cmp{nodeAbsent, clientv3.Compare(clientv3.ModRevision(s.k.lost(owner)), "=", lost[0].ModRevision)}, nil
 }
 

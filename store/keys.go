@@ -48,6 +48,13 @@ func (k keys) placed(id, slot string) string { return k.placedPrefix(id) + slot 
 func (k keys) lost(id string) string         { return k.prefix + "/lost/" + id }
 func (k keys) forget(id string) string       { return k.prefix + "/forget/" + id }
 
+// Sandbox events (events.go): one key per event, under its sandbox's
+// workspace and name, on a lease of the recording node.
+func (k keys) allEvents() string                    { return k.prefix + "/events/" }
+func (k keys) workspaceEvents(ws string) string     { return k.allEvents() + ws + "/" }
+func (k keys) sandboxEvents(ws, name string) string { return k.workspaceEvents(ws) + name + "/" }
+func (k keys) event(ws, name, id string) string     { return k.sandboxEvents(ws, name) + id }
+
 // Leader is the election prefix used by package lease.
 func (k keys) leader() string { return k.prefix + "/leader/" }
 

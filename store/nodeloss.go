@@ -119,7 +119,7 @@ func (s *Store) MarkSandboxesUnknown(ctx context.Context, id string, since time.
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			marked, err := s.markUnknown(ctx, id, sb, msg, nodeAbsent, fence)
+			marked, err := s.markUnknown(ctx, id, since, sb, msg, nodeAbsent, fence)
 			if err != nil {
 				mu.Lock()
 				if firstErr == nil {
@@ -143,10 +143,10 @@ const markWidth = 16
 // markUnknown marks one sandbox of lost node id UNKNOWN. A sandbox with
 // nothing to mark (being deleted, gone, replaced, unreadable, or its node
 // back) is not marked and no error.
-func (s *Store) markUnknown(ctx context.Context, id string, sb *shoalv1.Sandbox, msg string, nodeAbsent clientv3.Cmp, fence Fence) (bool, error) {
+func (s *Store) markUnknown(ctx context.Context, id string, since time.Time, sb *shoalv1.Sandbox, msg string, nodeAbsent clientv3.Cmp, fence Fence) (bool, error) {
 	ws, name, uid := sb.Meta.Workspace, sb.Meta.Name, sb.Meta.Uid
 	attempts := 0
-	_, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
+	marked, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
 		codec:  sandboxCodec,
 		key:    s.k.sandbox(ws, name),
 		intent: s.k.intent(ws, name),
@@ -185,6 +185,7 @@ func (s *Store) markUnknown(ctx context.Context, id string, sb *shoalv1.Sandbox,
 	})
 	switch {
 	case err == nil:
+		s.recordNodeLost(marked, id, since, msg)
 		return true, nil
 	case err == errGone:
 	case shoal.KindOf(err) == shoal.KindFailedPrecondition, shoal.KindOf(err) == shoal.KindNotFound,

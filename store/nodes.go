@@ -398,19 +398,19 @@ type Placement = placement.Request
 // fromCopy chooses from the watch cache's copy of the registry, so that an
 // uncontended create is one round trip; the compares make a stale copy a
 // conflict, and a refusal (no node fits) is decided again from etcd.
-func (s *Store) place(ctx context.Context, p Placement, sb *shoalv1.Sandbox, fromCopy bool, hold *func()) ([]clientv3.Cmp, []clientv3.Op, error) {
+func (s *Store) place(ctx context.Context, p Placement, sb *shoalv1.Sandbox, fromCopy bool, hold *func(), why *string) ([]clientv3.Cmp, []clientv3.Op, error) {
 	c, err := s.placementNodes(ctx, fromCopy)
 	if err != nil {
 		return nil, nil, err
 	}
-	cmps, ops, err := s.placeOn(ctx, c, p, sb, hold)
+	cmps, ops, err := s.placeOn(ctx, c, p, sb, hold, why)
 	if err != nil && c.cached && shoal.KindOf(err) == shoal.KindFailedPrecondition {
 		// A refusal from cached state is decided again from etcd's.
 		nodes, revs, err := s.registryRevs(ctx, true)
 		if err != nil {
 			return nil, nil, err
 		}
-		return s.placeOn(ctx, candidates{nodes: nodes, live: revs}, p, sb, hold)
+		return s.placeOn(ctx, candidates{nodes: nodes, live: revs}, p, sb, hold, why)
 	}
 	return cmps, ops, err
 }
@@ -463,8 +463,9 @@ func (s *Store) placementNodes(ctx context.Context, fromCopy bool) (candidates, 
 
 // placeOn chooses among c's nodes for sb. With counts from the watch cache
 // the choice is counted as a create in flight on that node, until *hold
-// (set here, the previous choice's released) is called.
-func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoalv1.Sandbox, hold *func()) ([]clientv3.Cmp, []clientv3.Op, error) {
+// (set here, the previous choice's released) is called. *why says why
+// that node, for its Scheduled event.
+func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoalv1.Sandbox, hold *func(), why *string) ([]clientv3.Cmp, []clientv3.Op, error) {
 	fit, err := placement.Filter(c.nodes, p, sb.GetSpec().GetResources())
 	if err != nil {
 		return nil, nil, err
@@ -484,6 +485,7 @@ func (s *Store) placeOn(ctx context.Context, c candidates, p Placement, sb *shoa
 		return nil, nil, err
 	}
 	sb.Spec.Node = n.Name
+	*why = placementWhy(p, n, len(fit), len(c.nodes))
 	key := s.k.placed(n.Name, slot)
 	var cmps []clientv3.Cmp
 	if !chaosbreak.Is("no-registry-compare") {

@@ -63,6 +63,7 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 	var bind struct {
 		cmps []clientv3.Cmp
 		ops  []clientv3.Op
+		why  string // why that node, if this call placed it
 	}
 	attempts := 0
 	// The node chosen counts as this node's create in flight there until
@@ -73,10 +74,11 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 			hold()
 		}
 	}()
-	return update(ctx, s, updateSpec[*shoalv1.Sandbox]{
+	created, err := update(ctx, s, updateSpec[*shoalv1.Sandbox]{
 		codec: sandboxCodec,
 		key:   s.k.sandbox(m.Workspace, m.Name),
 		mutate: func(cur *shoalv1.Sandbox) (*shoalv1.Sandbox, error) {
+			bind.why = ""
 			if cur != nil {
 				if requestID != "" && cur.GetMeta().GetUid() == m.Uid {
 					return cur, nil // this create's own record: a retry
@@ -98,7 +100,7 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 			// has not seen yet (placement.Tally), so a burst of concurrent
 			// creates spreads (it did not before that: the hollow smoke
 			// test saw 98/84/14/2/2 over five nodes).
-			if bind.cmps, bind.ops, err = s.place(ctx, p, next, placeFromCopy && attempts == 1, &hold); err != nil {
+			if bind.cmps, bind.ops, err = s.place(ctx, p, next, placeFromCopy && attempts == 1, &hold, &bind.why); err != nil {
 				return nil, err
 			}
 			return next, nil
@@ -108,6 +110,10 @@ func (s *Store) CreateSandboxOn(ctx context.Context, sb *shoalv1.Sandbox, p Plac
 			return append(cmps, bind.cmps...), append(ops, bind.ops...), err
 		},
 	})
+	if err == nil && bind.why != "" {
+		s.recordScheduled(created, bind.why)
+	}
+	return created, err
 }
 
 // placeFromCopy lets a create's first placement come from the watch

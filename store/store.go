@@ -37,6 +37,9 @@ type Options struct {
 	// Tracer, if set, makes a span per update (attempts, conflicts,
 	// same-bytes commits, a lost fence).
 	Tracer trace.Tracer
+	// Events, if set, records what the store's writes did to sandboxes
+	// (events.go: Recorder).
+	Events Recorder
 }
 
 // Store reads and writes shoal objects in etcd.
@@ -49,6 +52,7 @@ type Store struct {
 	keys    *encryption.KeyRing
 	metrics *metrics.Metrics // nil: none
 	tracer  trace.Tracer
+	events  Recorder // nil: none
 
 	corrupt corruptLog
 	// cache, when set (UseCache), serves reads and client watches.
@@ -69,7 +73,7 @@ func New(c *clientv3.Client, o Options) *Store {
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("shoal/store")
 	}
-	return &Store{c: c, k: keys{prefix: o.Prefix}, log: o.Logger.With("subsystem", "store"), now: o.Now, keys: o.Keys, metrics: o.Metrics, tracer: o.Tracer}
+	return &Store{c: c, k: keys{prefix: o.Prefix}, log: o.Logger.With("subsystem", "store"), now: o.Now, keys: o.Keys, metrics: o.Metrics, tracer: o.Tracer, events: o.Events}
 }
 
 // Client is the etcd client the store writes through.

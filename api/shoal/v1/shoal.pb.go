@@ -208,6 +208,56 @@ func (EventType) EnumDescriptor() ([]byte, []int) {
 	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{2}
 }
 
+type EventSeverity int32
+
+const (
+	EventSeverity_EVENT_SEVERITY_UNSPECIFIED EventSeverity = 0
+	EventSeverity_NORMAL                     EventSeverity = 1
+	// Something went wrong, or may have: a failure, a lost node, a fence.
+	EventSeverity_WARNING EventSeverity = 2
+)
+
+// Enum value maps for EventSeverity.
+var (
+	EventSeverity_name = map[int32]string{
+		0: "EVENT_SEVERITY_UNSPECIFIED",
+		1: "NORMAL",
+		2: "WARNING",
+	}
+	EventSeverity_value = map[string]int32{
+		"EVENT_SEVERITY_UNSPECIFIED": 0,
+		"NORMAL":                     1,
+		"WARNING":                    2,
+	}
+)
+
+func (x EventSeverity) Enum() *EventSeverity {
+	p := new(EventSeverity)
+	*p = x
+	return p
+}
+
+func (x EventSeverity) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EventSeverity) Descriptor() protoreflect.EnumDescriptor {
+	return file_shoal_v1_shoal_proto_enumTypes[3].Descriptor()
+}
+
+func (EventSeverity) Type() protoreflect.EnumType {
+	return &file_shoal_v1_shoal_proto_enumTypes[3]
+}
+
+func (x EventSeverity) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EventSeverity.Descriptor instead.
+func (EventSeverity) EnumDescriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{3}
+}
+
 type ObjectMeta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Uid   string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
@@ -3835,6 +3885,412 @@ func (x *SnapshotChunk) GetData() []byte {
 	return nil
 }
 
+// Event is one thing that happened to a sandbox, written by the node that
+// acted: its API server (Scheduled, DeleteRequested), its agent (Created,
+// Started, Stopped, Paused, Frozen, TornDown, Failed, ...), or the leader
+// (NodeLost, Fenced, Removed). Recording one never holds up or fails what
+// it records: it is best effort, and a node counts the events it dropped
+// (shoal_events_dropped_total). An event expires with the recording
+// node's --event-ttl (an hour by default).
+type Event struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sandbox the event is about. A sandbox's history outlives it until
+	// its events expire; sandbox_uid tells one incarnation of a name from
+	// the next.
+	Workspace  string        `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Sandbox    string        `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	SandboxUid string        `protobuf:"bytes,3,opt,name=sandbox_uid,json=sandboxUid,proto3" json:"sandbox_uid,omitempty"`
+	Severity   EventSeverity `protobuf:"varint,4,opt,name=severity,proto3,enum=shoal.v1.EventSeverity" json:"severity,omitempty"`
+	// Why, in one CamelCase word (Scheduled, Started, NodeLost, ...).
+	Reason string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	// What happened, for a person; an error in the engine's own words.
+	Message string `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// What happened, for a script: say exit_code and requested of Stopped,
+	// node and why of Scheduled, by of DeleteRequested.
+	Details map[string]string `protobuf:"bytes,7,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The sandbox's node, as the recording node knew it.
+	Node string `protobuf:"bytes,8,opt,name=node,proto3" json:"node,omitempty"`
+	// The node that acted and recorded the event, and which part of it:
+	// "api", "agent" or "leader".
+	ReportingNode string `protobuf:"bytes,9,opt,name=reporting_node,json=reportingNode,proto3" json:"reporting_node,omitempty"`
+	Reporter      string `protobuf:"bytes,10,opt,name=reporter,proto3" json:"reporter,omitempty"`
+	// The first and last time it happened, and how often: repeats of an
+	// event within 10 minutes are coalesced into one.
+	FirstTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=first_time,json=firstTime,proto3" json:"first_time,omitempty"`
+	LastTime  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=last_time,json=lastTime,proto3" json:"last_time,omitempty"`
+	Count     int32                  `protobuf:"varint,13,opt,name=count,proto3" json:"count,omitempty"`
+	// The event's id among its sandbox's events. Output only.
+	Id string `protobuf:"bytes,14,opt,name=id,proto3" json:"id,omitempty"`
+	// The etcd revision the event was last written at. Output only.
+	ResourceVersion int64 `protobuf:"varint,15,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *Event) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *Event) GetSandbox() string {
+	if x != nil {
+		return x.Sandbox
+	}
+	return ""
+}
+
+func (x *Event) GetSandboxUid() string {
+	if x != nil {
+		return x.SandboxUid
+	}
+	return ""
+}
+
+func (x *Event) GetSeverity() EventSeverity {
+	if x != nil {
+		return x.Severity
+	}
+	return EventSeverity_EVENT_SEVERITY_UNSPECIFIED
+}
+
+func (x *Event) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Event) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Event) GetDetails() map[string]string {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+func (x *Event) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *Event) GetReportingNode() string {
+	if x != nil {
+		return x.ReportingNode
+	}
+	return ""
+}
+
+func (x *Event) GetReporter() string {
+	if x != nil {
+		return x.Reporter
+	}
+	return ""
+}
+
+func (x *Event) GetFirstTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstTime
+	}
+	return nil
+}
+
+func (x *Event) GetLastTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastTime
+	}
+	return nil
+}
+
+func (x *Event) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *Event) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Event) GetResourceVersion() int64 {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return 0
+}
+
+// The filters of ListEvents and WatchEvents; every one that is set must
+// hold.
+type ListEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this workspace; empty: every workspace (with sandbox set:
+	// "default").
+	Workspace string `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// Only the sandboxes of this name: every incarnation of it, deleted
+	// ones included while their events last.
+	Sandbox string `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// Only the sandbox with this uid.
+	SandboxUid string `protobuf:"bytes,3,opt,name=sandbox_uid,json=sandboxUid,proto3" json:"sandbox_uid,omitempty"`
+	// Only events of sandboxes on this node, or recorded by it.
+	Node string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	// The newest N events; 0: 500. At most 5000.
+	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsRequest) Reset() {
+	*x = ListEventsRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsRequest) ProtoMessage() {}
+
+func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListEventsRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ListEventsRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetSandbox() string {
+	if x != nil {
+		return x.Sandbox
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetSandboxUid() string {
+	if x != nil {
+		return x.SandboxUid
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Oldest first: the newest event is last.
+	Items []*Event `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	// The etcd revision the list was read at; WatchEvents from here
+	// follows on without a gap.
+	ResourceVersion int64 `protobuf:"varint,2,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	// How many older events matched but were left out by limit.
+	Omitted       int32 `protobuf:"varint,3,opt,name=omitted,proto3" json:"omitted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsResponse) Reset() {
+	*x = ListEventsResponse{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsResponse) ProtoMessage() {}
+
+func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListEventsResponse) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *ListEventsResponse) GetItems() []*Event {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *ListEventsResponse) GetResourceVersion() int64 {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return 0
+}
+
+func (x *ListEventsResponse) GetOmitted() int32 {
+	if x != nil {
+		return x.Omitted
+	}
+	return 0
+}
+
+type WatchEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As in ListEventsRequest.
+	Workspace  string `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Sandbox    string `protobuf:"bytes,2,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	SandboxUid string `protobuf:"bytes,3,opt,name=sandbox_uid,json=sandboxUid,proto3" json:"sandbox_uid,omitempty"`
+	Node       string `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	// Events written after this revision (a list's resource_version); 0:
+	// from now on. One compacted away ends the stream with OUT_OF_RANGE:
+	// list again and watch from the list's resource_version.
+	ResourceVersion int64 `protobuf:"varint,5,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *WatchEventsRequest) Reset() {
+	*x = WatchEventsRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEventsRequest) ProtoMessage() {}
+
+func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
+func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *WatchEventsRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *WatchEventsRequest) GetSandbox() string {
+	if x != nil {
+		return x.Sandbox
+	}
+	return ""
+}
+
+func (x *WatchEventsRequest) GetSandboxUid() string {
+	if x != nil {
+		return x.SandboxUid
+	}
+	return ""
+}
+
+func (x *WatchEventsRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *WatchEventsRequest) GetResourceVersion() int64 {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return 0
+}
+
 var File_shoal_v1_shoal_proto protoreflect.FileDescriptor
 
 const file_shoal_v1_shoal_proto_rawDesc = "" +
@@ -4132,7 +4588,47 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x06failed\x18\x04 \x03(\tR\x06failed\x12\x18\n" +
 	"\askipped\x18\x05 \x03(\tR\askipped\"#\n" +
 	"\rSnapshotChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data*\x89\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xd7\x04\n" +
+	"\x05Event\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x18\n" +
+	"\asandbox\x18\x02 \x01(\tR\asandbox\x12\x1f\n" +
+	"\vsandbox_uid\x18\x03 \x01(\tR\n" +
+	"sandboxUid\x123\n" +
+	"\bseverity\x18\x04 \x01(\x0e2\x17.shoal.v1.EventSeverityR\bseverity\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x126\n" +
+	"\adetails\x18\a \x03(\v2\x1c.shoal.v1.Event.DetailsEntryR\adetails\x12\x12\n" +
+	"\x04node\x18\b \x01(\tR\x04node\x12%\n" +
+	"\x0ereporting_node\x18\t \x01(\tR\rreportingNode\x12\x1a\n" +
+	"\breporter\x18\n" +
+	" \x01(\tR\breporter\x129\n" +
+	"\n" +
+	"first_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tfirstTime\x127\n" +
+	"\tlast_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\blastTime\x12\x14\n" +
+	"\x05count\x18\r \x01(\x05R\x05count\x12\x0e\n" +
+	"\x02id\x18\x0e \x01(\tR\x02id\x12)\n" +
+	"\x10resource_version\x18\x0f \x01(\x03R\x0fresourceVersion\x1a:\n" +
+	"\fDetailsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x96\x01\n" +
+	"\x11ListEventsRequest\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x18\n" +
+	"\asandbox\x18\x02 \x01(\tR\asandbox\x12\x1f\n" +
+	"\vsandbox_uid\x18\x03 \x01(\tR\n" +
+	"sandboxUid\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\"\x80\x01\n" +
+	"\x12ListEventsResponse\x12%\n" +
+	"\x05items\x18\x01 \x03(\v2\x0f.shoal.v1.EventR\x05items\x12)\n" +
+	"\x10resource_version\x18\x02 \x01(\x03R\x0fresourceVersion\x12\x18\n" +
+	"\aomitted\x18\x03 \x01(\x05R\aomitted\"\xac\x01\n" +
+	"\x12WatchEventsRequest\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x18\n" +
+	"\asandbox\x18\x02 \x01(\tR\asandbox\x12\x1f\n" +
+	"\vsandbox_uid\x18\x03 \x01(\tR\n" +
+	"sandboxUid\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12)\n" +
+	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion*\x89\x01\n" +
 	"\fSandboxPhase\x12\x1d\n" +
 	"\x19SANDBOX_PHASE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPROVISIONING\x10\x01\x12\t\n" +
@@ -4157,7 +4653,12 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ADDED\x10\x01\x12\f\n" +
 	"\bMODIFIED\x10\x02\x12\v\n" +
-	"\aDELETED\x10\x032\xeb\b\n" +
+	"\aDELETED\x10\x03*H\n" +
+	"\rEventSeverity\x12\x1e\n" +
+	"\x1aEVENT_SEVERITY_UNSPECIFIED\x10\x00\x12\n" +
+	"\n" +
+	"\x06NORMAL\x10\x01\x12\v\n" +
+	"\aWARNING\x10\x022\xf4\t\n" +
 	"\x05Shoal\x12B\n" +
 	"\rCreateSandbox\x12\x1e.shoal.v1.CreateSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12<\n" +
 	"\n" +
@@ -4175,7 +4676,10 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\vGetProvider\x12\x1c.shoal.v1.GetProviderRequest\x1a\x12.shoal.v1.Provider\x12P\n" +
 	"\rListProviders\x12\x1e.shoal.v1.ListProvidersRequest\x1a\x1f.shoal.v1.ListProvidersResponse\x12E\n" +
 	"\x0eUpdateProvider\x12\x1f.shoal.v1.UpdateProviderRequest\x1a\x12.shoal.v1.Provider\x12S\n" +
-	"\x0eDeleteProvider\x12\x1f.shoal.v1.DeleteProviderRequest\x1a .shoal.v1.DeleteProviderResponse2\xe7\x06\n" +
+	"\x0eDeleteProvider\x12\x1f.shoal.v1.DeleteProviderRequest\x1a .shoal.v1.DeleteProviderResponse\x12G\n" +
+	"\n" +
+	"ListEvents\x12\x1b.shoal.v1.ListEventsRequest\x1a\x1c.shoal.v1.ListEventsResponse\x12>\n" +
+	"\vWatchEvents\x12\x1c.shoal.v1.WatchEventsRequest\x1a\x0f.shoal.v1.Event0\x012\xe7\x06\n" +
 	"\aCluster\x12D\n" +
 	"\tListNodes\x12\x1a.shoal.v1.ListNodesRequest\x1a\x1b.shoal.v1.ListNodesResponse\x123\n" +
 	"\aGetNode\x12\x18.shoal.v1.GetNodeRequest\x1a\x0e.shoal.v1.Node\x129\n" +
@@ -4204,189 +4708,204 @@ func file_shoal_v1_shoal_proto_rawDescGZIP() []byte {
 	return file_shoal_v1_shoal_proto_rawDescData
 }
 
-var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_shoal_v1_shoal_proto_goTypes = []any{
 	(SandboxPhase)(0),                   // 0: shoal.v1.SandboxPhase
 	(ProviderType)(0),                   // 1: shoal.v1.ProviderType
 	(EventType)(0),                      // 2: shoal.v1.EventType
-	(*ObjectMeta)(nil),                  // 3: shoal.v1.ObjectMeta
-	(*Resources)(nil),                   // 4: shoal.v1.Resources
-	(*SandboxSpec)(nil),                 // 5: shoal.v1.SandboxSpec
-	(*Condition)(nil),                   // 6: shoal.v1.Condition
-	(*SandboxStatus)(nil),               // 7: shoal.v1.SandboxStatus
-	(*Sandbox)(nil),                     // 8: shoal.v1.Sandbox
-	(*Provider)(nil),                    // 9: shoal.v1.Provider
-	(*Preconditions)(nil),               // 10: shoal.v1.Preconditions
-	(*CreateSandboxRequest)(nil),        // 11: shoal.v1.CreateSandboxRequest
-	(*GetSandboxRequest)(nil),           // 12: shoal.v1.GetSandboxRequest
-	(*ListSandboxesRequest)(nil),        // 13: shoal.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),       // 14: shoal.v1.ListSandboxesResponse
-	(*UpdateSandboxRequest)(nil),        // 15: shoal.v1.UpdateSandboxRequest
-	(*DeleteSandboxRequest)(nil),        // 16: shoal.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),       // 17: shoal.v1.DeleteSandboxResponse
-	(*WatchSandboxesRequest)(nil),       // 18: shoal.v1.WatchSandboxesRequest
-	(*WatchEvent)(nil),                  // 19: shoal.v1.WatchEvent
-	(*ExecRequest)(nil),                 // 20: shoal.v1.ExecRequest
-	(*TerminalSize)(nil),                // 21: shoal.v1.TerminalSize
-	(*ExecInput)(nil),                   // 22: shoal.v1.ExecInput
-	(*ExecChunk)(nil),                   // 23: shoal.v1.ExecChunk
-	(*LogsRequest)(nil),                 // 24: shoal.v1.LogsRequest
-	(*LogsChunk)(nil),                   // 25: shoal.v1.LogsChunk
-	(*AttachProviderRequest)(nil),       // 26: shoal.v1.AttachProviderRequest
-	(*DetachProviderRequest)(nil),       // 27: shoal.v1.DetachProviderRequest
-	(*CreateProviderRequest)(nil),       // 28: shoal.v1.CreateProviderRequest
-	(*GetProviderRequest)(nil),          // 29: shoal.v1.GetProviderRequest
-	(*ListProvidersRequest)(nil),        // 30: shoal.v1.ListProvidersRequest
-	(*ListProvidersResponse)(nil),       // 31: shoal.v1.ListProvidersResponse
-	(*UpdateProviderRequest)(nil),       // 32: shoal.v1.UpdateProviderRequest
-	(*DeleteProviderRequest)(nil),       // 33: shoal.v1.DeleteProviderRequest
-	(*DeleteProviderResponse)(nil),      // 34: shoal.v1.DeleteProviderResponse
-	(*Node)(nil),                        // 35: shoal.v1.Node
-	(*NodeStatus)(nil),                  // 36: shoal.v1.NodeStatus
-	(*ListNodesRequest)(nil),            // 37: shoal.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 38: shoal.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),              // 39: shoal.v1.GetNodeRequest
-	(*CordonNodeRequest)(nil),           // 40: shoal.v1.CordonNodeRequest
-	(*RemoveNodeRequest)(nil),           // 41: shoal.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 42: shoal.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),            // 43: shoal.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),           // 44: shoal.v1.DrainNodeResponse
-	(*ClusterStatusRequest)(nil),        // 45: shoal.v1.ClusterStatusRequest
-	(*Member)(nil),                      // 46: shoal.v1.Member
-	(*ClusterStatus)(nil),               // 47: shoal.v1.ClusterStatus
-	(*ListMembersRequest)(nil),          // 48: shoal.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),         // 49: shoal.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),            // 50: shoal.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),           // 51: shoal.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),         // 52: shoal.v1.RemoveMemberRequest
-	(*PromoteMemberRequest)(nil),        // 53: shoal.v1.PromoteMemberRequest
-	(*SnapshotRequest)(nil),             // 54: shoal.v1.SnapshotRequest
-	(*RotateEncryptionKeyRequest)(nil),  // 55: shoal.v1.RotateEncryptionKeyRequest
-	(*RotateEncryptionKeyResponse)(nil), // 56: shoal.v1.RotateEncryptionKeyResponse
-	(*SnapshotChunk)(nil),               // 57: shoal.v1.SnapshotChunk
-	nil,                                 // 58: shoal.v1.ObjectMeta.LabelsEntry
-	nil,                                 // 59: shoal.v1.ObjectMeta.AnnotationsEntry
-	nil,                                 // 60: shoal.v1.SandboxSpec.EnvEntry
-	nil,                                 // 61: shoal.v1.SandboxSpec.NodeSelectorEntry
-	nil,                                 // 62: shoal.v1.Provider.CredentialsEntry
-	nil,                                 // 63: shoal.v1.Provider.ConfigEntry
-	nil,                                 // 64: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	nil,                                 // 65: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	nil,                                 // 66: shoal.v1.ExecRequest.EnvEntry
-	nil,                                 // 67: shoal.v1.Node.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 68: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 69: google.protobuf.Duration
+	(EventSeverity)(0),                  // 3: shoal.v1.EventSeverity
+	(*ObjectMeta)(nil),                  // 4: shoal.v1.ObjectMeta
+	(*Resources)(nil),                   // 5: shoal.v1.Resources
+	(*SandboxSpec)(nil),                 // 6: shoal.v1.SandboxSpec
+	(*Condition)(nil),                   // 7: shoal.v1.Condition
+	(*SandboxStatus)(nil),               // 8: shoal.v1.SandboxStatus
+	(*Sandbox)(nil),                     // 9: shoal.v1.Sandbox
+	(*Provider)(nil),                    // 10: shoal.v1.Provider
+	(*Preconditions)(nil),               // 11: shoal.v1.Preconditions
+	(*CreateSandboxRequest)(nil),        // 12: shoal.v1.CreateSandboxRequest
+	(*GetSandboxRequest)(nil),           // 13: shoal.v1.GetSandboxRequest
+	(*ListSandboxesRequest)(nil),        // 14: shoal.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 15: shoal.v1.ListSandboxesResponse
+	(*UpdateSandboxRequest)(nil),        // 16: shoal.v1.UpdateSandboxRequest
+	(*DeleteSandboxRequest)(nil),        // 17: shoal.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 18: shoal.v1.DeleteSandboxResponse
+	(*WatchSandboxesRequest)(nil),       // 19: shoal.v1.WatchSandboxesRequest
+	(*WatchEvent)(nil),                  // 20: shoal.v1.WatchEvent
+	(*ExecRequest)(nil),                 // 21: shoal.v1.ExecRequest
+	(*TerminalSize)(nil),                // 22: shoal.v1.TerminalSize
+	(*ExecInput)(nil),                   // 23: shoal.v1.ExecInput
+	(*ExecChunk)(nil),                   // 24: shoal.v1.ExecChunk
+	(*LogsRequest)(nil),                 // 25: shoal.v1.LogsRequest
+	(*LogsChunk)(nil),                   // 26: shoal.v1.LogsChunk
+	(*AttachProviderRequest)(nil),       // 27: shoal.v1.AttachProviderRequest
+	(*DetachProviderRequest)(nil),       // 28: shoal.v1.DetachProviderRequest
+	(*CreateProviderRequest)(nil),       // 29: shoal.v1.CreateProviderRequest
+	(*GetProviderRequest)(nil),          // 30: shoal.v1.GetProviderRequest
+	(*ListProvidersRequest)(nil),        // 31: shoal.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil),       // 32: shoal.v1.ListProvidersResponse
+	(*UpdateProviderRequest)(nil),       // 33: shoal.v1.UpdateProviderRequest
+	(*DeleteProviderRequest)(nil),       // 34: shoal.v1.DeleteProviderRequest
+	(*DeleteProviderResponse)(nil),      // 35: shoal.v1.DeleteProviderResponse
+	(*Node)(nil),                        // 36: shoal.v1.Node
+	(*NodeStatus)(nil),                  // 37: shoal.v1.NodeStatus
+	(*ListNodesRequest)(nil),            // 38: shoal.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 39: shoal.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),              // 40: shoal.v1.GetNodeRequest
+	(*CordonNodeRequest)(nil),           // 41: shoal.v1.CordonNodeRequest
+	(*RemoveNodeRequest)(nil),           // 42: shoal.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 43: shoal.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),            // 44: shoal.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),           // 45: shoal.v1.DrainNodeResponse
+	(*ClusterStatusRequest)(nil),        // 46: shoal.v1.ClusterStatusRequest
+	(*Member)(nil),                      // 47: shoal.v1.Member
+	(*ClusterStatus)(nil),               // 48: shoal.v1.ClusterStatus
+	(*ListMembersRequest)(nil),          // 49: shoal.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),         // 50: shoal.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),            // 51: shoal.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),           // 52: shoal.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),         // 53: shoal.v1.RemoveMemberRequest
+	(*PromoteMemberRequest)(nil),        // 54: shoal.v1.PromoteMemberRequest
+	(*SnapshotRequest)(nil),             // 55: shoal.v1.SnapshotRequest
+	(*RotateEncryptionKeyRequest)(nil),  // 56: shoal.v1.RotateEncryptionKeyRequest
+	(*RotateEncryptionKeyResponse)(nil), // 57: shoal.v1.RotateEncryptionKeyResponse
+	(*SnapshotChunk)(nil),               // 58: shoal.v1.SnapshotChunk
+	(*Event)(nil),                       // 59: shoal.v1.Event
+	(*ListEventsRequest)(nil),           // 60: shoal.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 61: shoal.v1.ListEventsResponse
+	(*WatchEventsRequest)(nil),          // 62: shoal.v1.WatchEventsRequest
+	nil,                                 // 63: shoal.v1.ObjectMeta.LabelsEntry
+	nil,                                 // 64: shoal.v1.ObjectMeta.AnnotationsEntry
+	nil,                                 // 65: shoal.v1.SandboxSpec.EnvEntry
+	nil,                                 // 66: shoal.v1.SandboxSpec.NodeSelectorEntry
+	nil,                                 // 67: shoal.v1.Provider.CredentialsEntry
+	nil,                                 // 68: shoal.v1.Provider.ConfigEntry
+	nil,                                 // 69: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	nil,                                 // 70: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	nil,                                 // 71: shoal.v1.ExecRequest.EnvEntry
+	nil,                                 // 72: shoal.v1.Node.LabelsEntry
+	nil,                                 // 73: shoal.v1.Event.DetailsEntry
+	(*timestamppb.Timestamp)(nil),       // 74: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 75: google.protobuf.Duration
 }
 var file_shoal_v1_shoal_proto_depIdxs = []int32{
-	58, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
-	59, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
-	68, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
-	68, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	60, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
-	4,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
-	61, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
-	68, // 7: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	63, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
+	64, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
+	74, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
+	74, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	65, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
+	5,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
+	66, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
+	74, // 7: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	0,  // 8: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
-	6,  // 9: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
-	3,  // 10: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
-	5,  // 11: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
-	7,  // 12: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
-	3,  // 13: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
+	7,  // 9: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
+	4,  // 10: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
+	6,  // 11: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
+	8,  // 12: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
+	4,  // 13: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
 	1,  // 14: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
-	62, // 15: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
-	63, // 16: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
-	8,  // 17: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
-	8,  // 18: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
-	64, // 19: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	65, // 20: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	10, // 21: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
-	8,  // 22: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
+	67, // 15: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
+	68, // 16: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
+	9,  // 17: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
+	9,  // 18: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
+	69, // 19: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	70, // 20: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	11, // 21: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
+	9,  // 22: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
 	2,  // 23: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
-	8,  // 24: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
-	66, // 25: shoal.v1.ExecRequest.env:type_name -> shoal.v1.ExecRequest.EnvEntry
-	69, // 26: shoal.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	21, // 27: shoal.v1.ExecRequest.terminal_size:type_name -> shoal.v1.TerminalSize
-	20, // 28: shoal.v1.ExecInput.start:type_name -> shoal.v1.ExecRequest
-	21, // 29: shoal.v1.ExecInput.resize:type_name -> shoal.v1.TerminalSize
-	9,  // 30: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
-	9,  // 31: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
-	9,  // 32: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
-	10, // 33: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
-	9,  // 34: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
-	67, // 35: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
-	68, // 36: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
-	36, // 37: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
-	6,  // 38: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
-	68, // 39: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	35, // 40: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
-	35, // 41: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
-	46, // 42: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
-	68, // 43: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
-	68, // 44: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
-	46, // 45: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
-	46, // 46: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
-	11, // 47: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
-	12, // 48: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
-	13, // 49: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
-	15, // 50: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
-	16, // 51: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
-	18, // 52: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
-	20, // 53: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
-	22, // 54: shoal.v1.Shoal.ExecInteractive:input_type -> shoal.v1.ExecInput
-	24, // 55: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
-	26, // 56: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
-	27, // 57: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
-	28, // 58: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
-	29, // 59: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
-	30, // 60: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
-	32, // 61: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
-	33, // 62: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
-	37, // 63: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
-	39, // 64: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
-	40, // 65: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
-	41, // 66: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
-	43, // 67: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
-	45, // 68: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
-	48, // 69: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
-	50, // 70: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
-	52, // 71: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
-	53, // 72: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
-	54, // 73: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
-	55, // 74: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
-	8,  // 75: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
-	8,  // 76: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
-	14, // 77: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
-	8,  // 78: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
-	17, // 79: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
-	19, // 80: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	23, // 81: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
-	23, // 82: shoal.v1.Shoal.ExecInteractive:output_type -> shoal.v1.ExecChunk
-	25, // 83: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
-	8,  // 84: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
-	8,  // 85: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
-	9,  // 86: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
-	9,  // 87: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
-	31, // 88: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
-	9,  // 89: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
-	34, // 90: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
-	38, // 91: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
-	35, // 92: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
-	35, // 93: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
-	42, // 94: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
-	44, // 95: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
-	47, // 96: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
-	49, // 97: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
-	51, // 98: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
-	49, // 99: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
-	49, // 100: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
-	57, // 101: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
-	56, // 102: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
-	75, // [75:103] is the sub-list for method output_type
-	47, // [47:75] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	9,  // 24: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
+	71, // 25: shoal.v1.ExecRequest.env:type_name -> shoal.v1.ExecRequest.EnvEntry
+	75, // 26: shoal.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	22, // 27: shoal.v1.ExecRequest.terminal_size:type_name -> shoal.v1.TerminalSize
+	21, // 28: shoal.v1.ExecInput.start:type_name -> shoal.v1.ExecRequest
+	22, // 29: shoal.v1.ExecInput.resize:type_name -> shoal.v1.TerminalSize
+	10, // 30: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
+	10, // 31: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
+	10, // 32: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
+	11, // 33: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
+	10, // 34: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
+	72, // 35: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
+	74, // 36: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
+	37, // 37: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
+	7,  // 38: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
+	74, // 39: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	36, // 40: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
+	36, // 41: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
+	47, // 42: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
+	74, // 43: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
+	74, // 44: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
+	47, // 45: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
+	47, // 46: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
+	3,  // 47: shoal.v1.Event.severity:type_name -> shoal.v1.EventSeverity
+	73, // 48: shoal.v1.Event.details:type_name -> shoal.v1.Event.DetailsEntry
+	74, // 49: shoal.v1.Event.first_time:type_name -> google.protobuf.Timestamp
+	74, // 50: shoal.v1.Event.last_time:type_name -> google.protobuf.Timestamp
+	59, // 51: shoal.v1.ListEventsResponse.items:type_name -> shoal.v1.Event
+	12, // 52: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
+	13, // 53: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
+	14, // 54: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
+	16, // 55: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
+	17, // 56: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
+	19, // 57: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
+	21, // 58: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
+	23, // 59: shoal.v1.Shoal.ExecInteractive:input_type -> shoal.v1.ExecInput
+	25, // 60: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
+	27, // 61: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
+	28, // 62: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
+	29, // 63: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
+	30, // 64: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
+	31, // 65: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
+	33, // 66: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
+	34, // 67: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
+	60, // 68: shoal.v1.Shoal.ListEvents:input_type -> shoal.v1.ListEventsRequest
+	62, // 69: shoal.v1.Shoal.WatchEvents:input_type -> shoal.v1.WatchEventsRequest
+	38, // 70: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
+	40, // 71: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
+	41, // 72: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
+	42, // 73: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
+	44, // 74: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
+	46, // 75: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
+	49, // 76: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
+	51, // 77: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
+	53, // 78: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
+	54, // 79: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
+	55, // 80: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
+	56, // 81: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
+	9,  // 82: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
+	9,  // 83: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
+	15, // 84: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
+	9,  // 85: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
+	18, // 86: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
+	20, // 87: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
+	24, // 88: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
+	24, // 89: shoal.v1.Shoal.ExecInteractive:output_type -> shoal.v1.ExecChunk
+	26, // 90: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
+	9,  // 91: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
+	9,  // 92: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
+	10, // 93: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
+	10, // 94: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
+	32, // 95: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
+	10, // 96: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
+	35, // 97: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
+	61, // 98: shoal.v1.Shoal.ListEvents:output_type -> shoal.v1.ListEventsResponse
+	59, // 99: shoal.v1.Shoal.WatchEvents:output_type -> shoal.v1.Event
+	39, // 100: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
+	36, // 101: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
+	36, // 102: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
+	43, // 103: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
+	45, // 104: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
+	48, // 105: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
+	50, // 106: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
+	52, // 107: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
+	50, // 108: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
+	50, // 109: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
+	58, // 110: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
+	57, // 111: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
+	82, // [82:112] is the sub-list for method output_type
+	52, // [52:82] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_shoal_v1_shoal_proto_init() }
@@ -4405,8 +4924,8 @@ func file_shoal_v1_shoal_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shoal_v1_shoal_proto_rawDesc), len(file_shoal_v1_shoal_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   65,
+			NumEnums:      4,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -41,6 +41,8 @@ const (
 	Shoal_ListProviders_FullMethodName   = "/shoal.v1.Shoal/ListProviders"
 	Shoal_UpdateProvider_FullMethodName  = "/shoal.v1.Shoal/UpdateProvider"
 	Shoal_DeleteProvider_FullMethodName  = "/shoal.v1.Shoal/DeleteProvider"
+	Shoal_ListEvents_FullMethodName      = "/shoal.v1.Shoal/ListEvents"
+	Shoal_WatchEvents_FullMethodName     = "/shoal.v1.Shoal/WatchEvents"
 )
 
 // ShoalClient is the client API for Shoal service.
@@ -73,6 +75,15 @@ type ShoalClient interface {
 	ListProviders(ctx context.Context, in *ListProvidersRequest, opts ...grpc.CallOption) (*ListProvidersResponse, error)
 	UpdateProvider(ctx context.Context, in *UpdateProviderRequest, opts ...grpc.CallOption) (*Provider, error)
 	DeleteProvider(ctx context.Context, in *DeleteProviderRequest, opts ...grpc.CallOption) (*DeleteProviderResponse, error)
+	// ListEvents returns the newest recorded events that match, oldest
+	// first (newest last), and the revision they were read at: watch from
+	// there to follow on. Events are kept for the recording node's
+	// --event-ttl (an hour by default), then expire.
+	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
+	// WatchEvents streams the events written after resource_version that
+	// match: new ones, and repeats coalesced into an event already listed
+	// (the same id, with a higher count).
+	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
 }
 
 type shoalClient struct {
@@ -273,6 +284,35 @@ func (c *shoalClient) DeleteProvider(ctx context.Context, in *DeleteProviderRequ
 	return out, nil
 }
 
+func (c *shoalClient) ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEventsResponse)
+	err := c.cc.Invoke(ctx, Shoal_ListEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shoalClient) WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Shoal_ServiceDesc.Streams[4], Shoal_WatchEvents_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchEventsRequest, Event]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shoal_WatchEventsClient = grpc.ServerStreamingClient[Event]
+
 // ShoalServer is the server API for Shoal service.
 // All implementations must embed UnimplementedShoalServer
 // for forward compatibility.
@@ -303,6 +343,15 @@ type ShoalServer interface {
 	ListProviders(context.Context, *ListProvidersRequest) (*ListProvidersResponse, error)
 	UpdateProvider(context.Context, *UpdateProviderRequest) (*Provider, error)
 	DeleteProvider(context.Context, *DeleteProviderRequest) (*DeleteProviderResponse, error)
+	// ListEvents returns the newest recorded events that match, oldest
+	// first (newest last), and the revision they were read at: watch from
+	// there to follow on. Events are kept for the recording node's
+	// --event-ttl (an hour by default), then expire.
+	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
+	// WatchEvents streams the events written after resource_version that
+	// match: new ones, and repeats coalesced into an event already listed
+	// (the same id, with a higher count).
+	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error
 	mustEmbedUnimplementedShoalServer()
 }
 
@@ -360,6 +409,12 @@ func (UnimplementedShoalServer) UpdateProvider(context.Context, *UpdateProviderR
 }
 func (UnimplementedShoalServer) DeleteProvider(context.Context, *DeleteProviderRequest) (*DeleteProviderResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeleteProvider not implemented")
+}
+func (UnimplementedShoalServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListEvents not implemented")
+}
+func (UnimplementedShoalServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error {
+	return status.Errorf(codes.Unimplemented, "method WatchEvents not implemented")
 }
 func (UnimplementedShoalServer) mustEmbedUnimplementedShoalServer() {}
 func (UnimplementedShoalServer) testEmbeddedByValue()               {}
@@ -638,6 +693,35 @@ func _Shoal_DeleteProvider_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Shoal_ListEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShoalServer).ListEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Shoal_ListEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShoalServer).ListEvents(ctx, req.(*ListEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Shoal_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchEventsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ShoalServer).WatchEvents(m, &grpc.GenericServerStream[WatchEventsRequest, Event]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shoal_WatchEventsServer = grpc.ServerStreamingServer[Event]
+
 // Shoal_ServiceDesc is the grpc.ServiceDesc for Shoal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -693,6 +777,10 @@ var Shoal_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DeleteProvider",
 			Handler:    _Shoal_DeleteProvider_Handler,
 		},
+		{
+			MethodName: "ListEvents",
+			Handler:    _Shoal_ListEvents_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -714,6 +802,11 @@ var Shoal_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Logs",
 			Handler:       _Shoal_Logs_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchEvents",
+			Handler:       _Shoal_WatchEvents_Handler,
 			ServerStreams: true,
 		},
 	},

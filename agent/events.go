@@ -1,0 +1,120 @@
+package agent
+
+import (
+	"fmt"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/events"
+	"shoal/store"
+)
+
+// Events is what the agent needs of package events: it records what it did
+// to its sandboxes' containers, and what it saw them do (doc.go of package
+// events lists the reasons). Record never blocks and never fails.
+type Events interface {
+	Record(sb *shoalv1.Sandbox, e events.Event)
+}
+
+var _ Events = (*events.Recorder)(nil)
+
+// record records e about sb, if the agent has an Events.
+func (a *Agent) record(sb *shoalv1.Sandbox, e events.Event) {
+	if a.cfg.Events != nil && sb != nil {
+		a.cfg.Events.Record(sb, e)
+	}
+}
+
+// containerRef is the sandbox of one of this node's containers, as its
+// labels name it, for the events of freeze and rejoin.
+func (a *Agent) containerRef(c shoal.Container) *shoalv1.Sandbox {
+	if c.Workspace == "" || c.Name == "" {
+		return nil // not labelled as a sandbox's: nothing to key an event by
+	}
+	return &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Workspace: c.Workspace, Name: c.Name, Uid: c.UID},
+		Spec: &shoalv1.SandboxSpec{Node: a.cfg.Node}}
+}
+
+// stopRequested reports whether a sandbox's container stopped because a
+// stop was asked for, rather than by itself (its command ended, it was
+// killed, or its engine stopped it): the Stopped event says which.
+// Nothing asks for a stop yet, so every stop is the container's own.
+func stopRequested(*shoalv1.Sandbox) bool { return false }
+
+// transition records what a status write observed: a change of phase
+// (from prev) and a node no longer lost (wasLost: its NodeLost condition
+// was True before the write).
+func (a *Agent) transition(sb *shoalv1.Sandbox, prev shoalv1.SandboxPhase, wasLost bool) {
+	st := sb.GetStatus()
+	if wasLost && !nodeLost(st) {
+		a.record(sb, events.Event{Reason: events.NodeReady,
+			Message: fmt.Sprintf("node %s reports on the sandbox again: %s", a.cfg.Node, phaseName(st.GetPhase())),
+			Details: map[string]string{"node": a.cfg.Node}})
+	}
+	if st.GetPhase() == prev {
+		return
+	}
+	id := st.GetContainerId()
+	switch st.GetPhase() {
+	case shoalv1.SandboxPhase_READY:
+		switch prev {
+		case shoalv1.SandboxPhase_PAUSED:
+			a.record(sb, events.Event{Reason: events.Unpaused, Message: fmt.Sprintf("container %s was unpaused", short(id)), Details: map[string]string{"container_id": id}})
+		case shoalv1.SandboxPhase_UNKNOWN:
+			// NodeReady said it; the container ran on.
+		default:
+			a.record(sb, events.Event{Reason: events.Started, Message: fmt.Sprintf("container %s is running", short(id)), Details: map[string]string{"container_id": id}})
+		}
+	case shoalv1.SandboxPhase_STOPPED:
+		requested := stopRequested(sb)
+		a.record(sb, events.Event{Reason: events.Stopped, Message: st.GetMessage(), Warning: st.GetExitCode() != 0 && !requested,
+			Details: map[string]string{"container_id": id, "exit_code": fmt.Sprint(st.GetExitCode()), "requested": fmt.Sprint(requested)}})
+	case shoalv1.SandboxPhase_PAUSED:
+		a.record(sb, events.Event{Reason: events.Paused, Message: st.GetMessage(), Details: map[string]string{"container_id": id}})
+	case shoalv1.SandboxPhase_ERROR:
+		d := map[string]string{}
+		if id != "" {
+			d["container_id"] = id
+		}
+		if st.GetExitCode() != 0 {
+			d["exit_code"] = fmt.Sprint(st.GetExitCode())
+		}
+		a.record(sb, events.Event{Reason: events.Failed, Message: st.GetMessage(), Details: d})
+	}
+}
+
+// nodeLost reports whether the leader's NodeLost condition is True.
+func nodeLost(st *shoalv1.SandboxStatus) bool {
+	for _, c := range st.GetConditions() {
+		if c.Type == store.ConditionNodeLost && c.Status == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+func phaseName(p shoalv1.SandboxPhase) string { return p.String() }
+
+func short(id string) string { return id[:min(12, len(id))] }
+
+// recordFrozen: freeze paused c, since the node does not hold its lease.
+func (a *Agent) recordFrozen(c shoal.Container) {
+	a.record(a.containerRef(c), events.Event{Reason: events.Frozen,
+		Message: fmt.Sprintf("node %s does not hold its liveness lease: it paused container %s until it does (self-fencing)", a.cfg.Node, short(c.ID)),
+		Details: map[string]string{"node": a.cfg.Node, "container_id": c.ID}})
+}
+
+// recordThawed: rejoin unpaused c, which freeze had paused.
+func (a *Agent) recordThawed(c shoal.Container) {
+	a.record(a.containerRef(c), events.Event{Reason: events.Thawed,
+		Message: fmt.Sprintf("node %s holds its lease again: it unpaused container %s", a.cfg.Node, short(c.ID)),
+		Details: map[string]string{"node": a.cfg.Node, "container_id": c.ID}})
+}
+
+// recordGoneOnRejoin: rejoin removed c, whose sandbox was removed while
+// the node was away (its history is read by name, and outlives it).
+func (a *Agent) recordGoneOnRejoin(c shoal.Container) {
+	a.record(a.containerRef(c), events.Event{Reason: events.TornDown,
+		Message: fmt.Sprintf("node %s removed the container when it was back: the sandbox was deleted while the node was away", a.cfg.Node),
+		Details: map[string]string{"node": a.cfg.Node, "container_id": c.ID}})
+}
