@@ -84,7 +84,7 @@ Flags may come before or after positional arguments.
 ` + exitCodesHelp,
 		Commands: func(t *Tool) []*cli.Command {
 			a := t.a
-			return extend(t, []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.nodeCmd(), a.clusterCmd(), a.certsCmd(), a.configCmd(), a.adminCmd(),
+			return extend(t, []*cli.Command{a.providerCmd(), a.sandboxCmd(), a.eventsCmd(), a.nodeCmd(), a.clusterCmd(), a.certsCmd(), a.configCmd(), a.adminCmd(),
 				movedToLab("chaos"), movedToLab("bench")}, exts)
 		},
 	}

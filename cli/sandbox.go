@@ -30,6 +30,7 @@ func (a *app) sandboxCmd() *cli.Command {
 		Subcommands: []*cli.Command{
 			a.sandboxCreate(), a.sandboxGet(), a.sandboxList(), a.sandboxLabel(), a.sandboxDelete(),
 			a.sandboxExec(), a.sandboxShell(), a.sandboxLogs(), a.sandboxWatch(), a.sandboxAttach(true), a.sandboxAttach(false),
+			a.sandboxEvents(), a.sandboxDescribe(),
 		},
 	}
 }

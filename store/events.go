@@ -162,7 +162,12 @@ func eventErr(ctx context.Context, err error) error {
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return events.ErrLeaseGone
 	}
-	switch status.Code(rpctypes.Error(err)) {
+	code := status.Code(err)
+	var ee rpctypes.EtcdError
+	if errors.As(rpctypes.Error(err), &ee) {
+		code = ee.Code()
+	}
+	switch code {
 	case codes.InvalidArgument, codes.PermissionDenied, codes.ResourceExhausted, codes.FailedPrecondition, codes.OutOfRange, codes.Unauthenticated:
 		return shoal.FailedPrecondition("etcd refused the event write: %v", err)
 	}
