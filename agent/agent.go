@@ -142,6 +142,8 @@ type Agent struct {
 	rejoinedOnce sync.Once
 
 	engine engineHealth // engine.go
+
+	tornDown recent // events.go: the teardowns recorded as events
 }
 
 // runTimeout bounds one container create and start, which shutdown
@@ -549,7 +551,7 @@ func (a *Agent) teardown(ctx context.Context, sb *shoalv1.Sandbox) error {
 	if err := a.cfg.Store.RecordTeardown(ctx, sb.Meta.Workspace, sb.Meta.Name, sb.Meta.Uid); err != nil {
 		return err
 	}
-	a.record(sb, events.Event{Reason: events.TornDown, Message: fmt.Sprintf("node %s removed the container", a.cfg.Node), Details: map[string]string{"node": a.cfg.Node}})
+	a.recordTornDown(sb)
 	return nil
 }
 

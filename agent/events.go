@@ -2,6 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"maps"
+	"sync"
+	"time"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -117,4 +120,45 @@ func (a *Agent) recordGoneOnRejoin(c shoal.Container) {
 	a.record(a.containerRef(c), events.Event{Reason: events.TornDown,
 		Message: fmt.Sprintf("node %s removed the container when it was back: the sandbox was deleted while the node was away", a.cfg.Node),
 		Details: map[string]string{"node": a.cfg.Node, "container_id": c.ID}})
+}
+
+// recordTornDown records the teardown of sb once: a teardown runs again
+// when anything queues the sandbox before the leader removed its record
+// (the engine's own events of the removal do), and one that runs after
+// the removal finds nothing to record (RecordTeardown's compare fails)
+// yet cannot tell.
+func (a *Agent) recordTornDown(sb *shoalv1.Sandbox) {
+	if !a.tornDown.add(sb.GetMeta().GetUid(), time.Now()) {
+		return
+	}
+	a.record(sb, events.Event{Reason: events.TornDown, Message: fmt.Sprintf("node %s removed the container", a.cfg.Node), Details: map[string]string{"node": a.cfg.Node}})
+}
+
+// recent is a set of keys, each kept for recentFor after it was added.
+type recent struct {
+	mu     sync.Mutex
+	seen   map[string]time.Time
+	pruned time.Time
+}
+
+// recentFor outlasts the leader's removal of a torn-down record by far.
+const recentFor = 10 * time.Minute
+
+// add adds key unless it is there already, and reports whether it added
+// it; once a minute it forgets the keys older than recentFor.
+func (r *recent) add(key string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[string]time.Time{}
+	}
+	if now.Sub(r.pruned) > time.Minute {
+		r.pruned = now
+		maps.DeleteFunc(r.seen, func(_ string, at time.Time) bool { return now.Sub(at) > recentFor })
+	}
+	if at, ok := r.seen[key]; ok && now.Sub(at) <= recentFor {
+		return false
+	}
+	r.seen[key] = now
+	return true
 }

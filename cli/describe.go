@@ -293,7 +293,7 @@ func (p printer) when(ts interface{ AsTime() time.Time }) string {
 }
 
 func resourcesLine(r *shoalv1.Resources) string {
-	cpu, mem := "the node's default", "the node's default"
+	cpu, mem := "<node default>", "<node default>"
 	if r.GetCpuMillis() > 0 {
 		cpu = fmt.Sprintf("%dm", r.GetCpuMillis())
 	}
