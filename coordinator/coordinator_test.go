@@ -16,6 +16,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/coordinator"
 	"shoal/embedetcd"
+	"shoal/events"
 	"shoal/internal/testenv"
 	"shoal/lease"
 	"shoal/store"
@@ -60,6 +61,8 @@ type opts struct {
 	deaf bool
 	// gate, if set, holds every term after the first until it is closed.
 	gate chan struct{}
+	// events, if set, records the leader's events (fenced_test.go).
+	events *events.Recorder
 }
 
 // start runs a coordinator until the test ends.
@@ -87,8 +90,13 @@ func (e *env) start(o opts) *leader {
 		t.Fatal(err)
 	}
 	terms := &termLog{inner: el, deaf: o.deaf, gate: o.gate, began: make(chan struct{}, 16), ended: make(chan struct{}, 16)}
+	var rec coordinator.Events
+	if o.events != nil {
+		rec = o.events
+	}
 	co, err := coordinator.New(coordinator.Config{
-		Store:       store.New(own, store.Options{Logger: log}),
+		Store:       store.New(own, store.Options{Logger: log, Events: o.events}),
+		Events:      rec,
 		Elector:     terms,
 		FenceMargin: o.fenceMargin,
 		Workers:     4,
