@@ -20,6 +20,7 @@ import (
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/internal/testenv"
+	"shoal/metrics"
 	"shoal/node"
 )
 
@@ -149,6 +150,20 @@ func TestMetricsMoveWithCalls(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, "lease renewals counted", func() (bool, error) {
 		return value(scrape(t, addr), "shoal_node_lease_renewals_total", map[string]string{"result": "ok"}) > 0, nil
 	})
+	// The create's events (Scheduled, Created, Started) are written, and
+	// nothing was dropped; every drop reason has its series from the start.
+	testenv.Eventually(t, 30*time.Second, "the create's events written", func() (bool, error) {
+		return value(scrape(t, addr), "shoal_events_written_total", nil) >= 3, nil
+	})
+	evm := scrape(t, addr)
+	for _, r := range metrics.EventDropReasons {
+		if v := value(evm, "shoal_events_dropped_total", map[string]string{"reason": r}); v != 0 {
+			t.Errorf("shoal_events_dropped_total{reason=%q} = %v, want 0", r, v)
+		}
+	}
+	if v := value(evm, "shoal_events_queued", nil); v < 0 {
+		t.Error("no shoal_events_queued gauge")
+	}
 	for _, g := range []struct {
 		name   string
 		labels map[string]string
