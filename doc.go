@@ -26,6 +26,8 @@
 //	              finalisation, lost nodes
 //	agent/        node-local loops: provisioning, status sync, orphan
 //	              reaping, self-fencing when cut off
+//	events/       the bounded history of what happened to each sandbox,
+//	              recorded by whichever part acted, never in its way
 //	docker/       the Docker engine runtime (containers, exec, logs, events)
 //	node/         wires all of the above into one server process
 //

@@ -32,4 +32,10 @@
 // the agent pauses every container it runs; holding it again, it removes at
 // once the containers of sandboxes deleted meanwhile and thaws the rest.
 // Only the owning node's agent ever touches its containers.
+//
+// What the agent does and sees is recorded as the sandbox's events
+// (events.go; package events): Created, Started, Stopped (with the exit
+// code and whether the stop was asked for), Paused and Unpaused, Frozen
+// and Thawed, NodeReady, TornDown, and failures in the engine's words.
+// Recording never holds up the agent.
 package agent

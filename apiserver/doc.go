@@ -20,6 +20,10 @@
 // Any node serves any call: one that needs a sandbox's container (exec,
 // logs) is relayed to the owning node (forward.go).
 //
+// ListEvents and WatchEvents (events.go) read the sandboxes' events
+// (package events) through the store's event log; DeleteSandbox and the
+// drains and removals of nodes record DeleteRequested, naming the caller.
+//
 // The Cluster service (cluster.go) also answers for the etcd members
 // (cluster_members.go): their health as each member reports it, membership
 // changes through the node's etcd client, retried while etcd refuses for a

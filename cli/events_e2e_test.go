@@ -231,6 +231,7 @@ func TestEventsOfAKilledOwner(t *testing.T) {
 
 	// The same, as a person reads it: a header, then a row per event.
 	tbl := run(t, bin, both, "sandbox", "events", "victim").must(t, 0, "sandbox events")
+	t.Logf("shoal sandbox events victim:\n%s", tbl.stdout)
 	lines := strings.Split(strings.TrimSpace(tbl.stdout), "\n")
 	if len(lines) != 1+len(evs) || !strings.HasPrefix(lines[0], "LAST SEEN") || !strings.Contains(lines[4], "NodeLost") || !strings.Contains(lines[7], "Removed") {
 		t.Fatalf("sandbox events:\n%s", tbl.stdout)

@@ -14,6 +14,11 @@
 //     once no sandbox names it (store.CompleteForget);
 //   - repairs: stale deletion intents and keys no sandbox holds.
 //
+// The leader records what it did as events (package events): NodeLost
+// and Removed with the writes that did it (the store records them), and
+// Fenced for every sandbox of a lost node once its fence time has passed
+// (fenced.go says what fenced means here).
+//
 // Work comes from watches on sandboxes, providers, node registry keys and
 // teardown records, plus a periodic resync, so it resumes after any restart
 // or leadership change. Every write carries the leader's fencing token;

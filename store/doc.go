@@ -30,6 +30,12 @@
 //	                                           the lowest create revision leads, and that revision is the fencing token
 //	<prefix>/cluster/leader                    the leader's term: node, fence, since, synced (JSON), on its lease
 //
+//	Events (events.go; package events records them)
+//	<prefix>/events/<ws>/<sandbox>/<id>        shoal.v1.Event, on a lease of the recording node: etcd deletes it
+//	                                           when its time is up (--event-ttl, an hour); <id> begins with the
+//	                                           event's time (16 hex digits of Unix ns), so a sandbox's events are
+//	                                           one range, in time order; no other key's Txn reads or compares one
+//
 //	Cluster
 //	<prefix>/cluster/id                        the cluster id (hex), made once; container labels carry it
 //	<prefix>/cluster/page-token-secret         HMAC key of list page tokens (hex), made once
