@@ -26,9 +26,13 @@ import (
 // on one etcd, interleaved so that both see the same machine.
 
 // cachedStore is a Store with its watch cache running until b ends.
-func cachedStore(b *testing.B, c *clientv3.Client) (*store.Store, *store.Cache) {
+func cachedStore(b *testing.B, c *clientv3.Client, opts ...store.Options) (*store.Store, *store.Cache) {
 	b.Helper()
-	s := store.New(c, store.Options{})
+	var o store.Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	s := store.New(c, o)
 	cache := s.UseCache(store.CacheOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -49,7 +49,7 @@ func start(t *testing.T, rec *events.Recorder) (stop func()) {
 	return stop
 }
 
-func newRecorder(t *testing.T, cfg events.Config) *events.Recorder {
+func newRecorder(t testing.TB, cfg events.Config) *events.Recorder {
 	t.Helper()
 	if cfg.Node == "" {
 		cfg.Node = "n1"
@@ -424,5 +424,55 @@ func TestDropReasonsAreTheMetricLabels(t *testing.T) {
 	}
 	if len(st.Dropped) != len(metrics.EventDropReasons) {
 		t.Errorf("recorder counts %v; the metric has %v", st.Dropped, metrics.EventDropReasons)
+	}
+}
+
+// What Record costs its caller: building the event and queueing it. The
+// queue holds every event (nothing drains it here), so the figure is the
+// caller's alone; BenchmarkRecordAndWrite adds the writer's share.
+func BenchmarkRecord(b *testing.B) {
+	rec, err := events.New(events.Config{Node: "n1", Log: store.NewEventLog(nil, ""), QueueSize: b.N + 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sb := sandbox("bench", "u1", "n1")
+	e := events.Event{Reason: events.Started, Message: "container 0123456789ab is running", Details: map[string]string{"container_id": "0123456789ab"}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		rec.Record(sb, e)
+	}
+	b.StopTimer()
+	if d := rec.Stats().Dropped["queue_full"]; d != 0 {
+		b.Fatalf("%d dropped", d)
+	}
+}
+
+// Events recorded and written to a real etcd, per event: a thousand
+// sandboxes' worth of distinct events, so nothing is coalesced.
+func BenchmarkRecordAndWrite(b *testing.B) {
+	cli, _ := testenv.Etcd(b)
+	l := store.NewEventLog(cli, "")
+	rec, err := events.New(events.Config{Node: "n1", Log: l, QueueSize: b.N + 1, Burst: 1 << 30, FlushTimeout: time.Minute})
+	if err != nil {
+		b.Fatal(err)
+	}
+	sbs := make([]*shoalv1.Sandbox, 1000)
+	for i := range sbs {
+		sbs[i] = sandbox(fmt.Sprintf("s%d", i), fmt.Sprintf("u%d", i), "n1")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	go func() { done <- rec.Start(ctx) }()
+	for i := range b.N {
+		rec.Record(sbs[i%len(sbs)], events.Event{Reason: events.Started, Message: fmt.Sprintf("container %d is running", i)})
+	}
+	cancel() // Start writes what is queued, then returns
+	<-done
+	b.StopTimer()
+	if w := rec.Stats().Written; w != int64(b.N) {
+		b.Fatalf("%d of %d written", w, b.N)
 	}
 }
