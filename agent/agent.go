@@ -793,8 +793,8 @@ const MaxMessageBytes = 1024
 // setStatus applies a status change through the update loop, unless the
 // sandbox was replaced or is being deleted meanwhile.
 func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*shoalv1.SandboxStatus)) error {
-	var prev shoalv1.SandboxPhase // the phase f changed, for its event
-	var wasLost, applied bool
+	var prev before // what f changed, for its events (events.go)
+	var applied bool
 	updated, err := a.cfg.Store.UpdateSandbox(ctx, seen.Meta.Workspace, seen.Meta.Name, store.Preconditions{UID: seen.Meta.Uid},
 		func(sb *shoalv1.Sandbox) error {
 			applied = false
@@ -804,7 +804,7 @@ func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*sh
 			if sb.Status == nil {
 				sb.Status = &shoalv1.SandboxStatus{}
 			}
-			prev, wasLost, applied = sb.Status.Phase, nodeLost(sb.Status), true
+			prev, applied = beforeOf(sb.Status), true
 			f(sb.Status)
 			// Observed: this node's agent reports on the container, so the
 			// node is not lost (any more).
@@ -821,7 +821,7 @@ func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*sh
 			return nil
 		})
 	if err == nil && applied {
-		a.transition(updated, prev, wasLost)
+		a.transition(updated, prev)
 	}
 	return ignoreGone(err)
 }

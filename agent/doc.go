@@ -36,6 +36,7 @@
 // What the agent does and sees is recorded as the sandbox's events
 // (events.go; package events): Created, Started, Stopped (with the exit
 // code and whether the stop was asked for), Paused and Unpaused, Frozen
-// and Thawed, NodeReady, TornDown, and failures in the engine's words.
+// and Thawed, NodeReady, TornDown, EngineUnavailable and EngineAvailable,
+// and failures in the engine's words.
 // Recording never holds up the agent.
 package agent

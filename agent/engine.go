@@ -195,12 +195,14 @@ func (a *Agent) engineGone(ctx context.Context, sb *shoalv1.Sandbox) error {
 		(sb.Meta.DeletionTimestamp != nil || sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING || sb.Status.Phase == shoalv1.SandboxPhase_UNKNOWN) {
 		return nil // says so already (a resync while down)
 	}
-	_, err := a.cfg.Store.UpdateSandbox(ctx, sb.Meta.Workspace, sb.Meta.Name, store.Preconditions{UID: sb.Meta.Uid},
+	var newly bool // the sandbox learns of it now: its event
+	updated, err := a.cfg.Store.UpdateSandbox(ctx, sb.Meta.Workspace, sb.Meta.Name, store.Preconditions{UID: sb.Meta.Uid},
 		func(cur *shoalv1.Sandbox) error {
 			if cur.Status == nil {
 				cur.Status = &shoalv1.SandboxStatus{}
 			}
 			st := cur.Status
+			newly = !beforeOf(st).engineDown
 			store.SetCondition(st, store.ConditionEngineReachable, "False", "EngineNotAnswering", msg)
 			if cur.Meta.DeletionTimestamp == nil && st.Phase != shoalv1.SandboxPhase_PROVISIONING {
 				st.Phase = shoalv1.SandboxPhase_UNKNOWN
@@ -208,6 +210,9 @@ func (a *Agent) engineGone(ctx context.Context, sb *shoalv1.Sandbox) error {
 			}
 			return nil
 		})
+	if err == nil && newly {
+		a.recordEngineDown(updated, msg)
+	}
 	return ignoreGone(err)
 }
 

@@ -44,14 +44,35 @@ func (a *Agent) containerRef(c shoal.Container) *shoalv1.Sandbox {
 // Nothing asks for a stop yet, so every stop is the container's own.
 func stopRequested(*shoalv1.Sandbox) bool { return false }
 
-// transition records what a status write observed: a change of phase
-// (from prev) and a node no longer lost (wasLost: its NodeLost condition
-// was True before the write).
-func (a *Agent) transition(sb *shoalv1.Sandbox, prev shoalv1.SandboxPhase, wasLost bool) {
+// before is what a status write's events compare with: the status as it
+// was.
+type before struct {
+	phase      shoalv1.SandboxPhase
+	nodeLost   bool // the leader's NodeLost condition was True
+	engineDown bool // the agent's EngineReachable condition was False
+}
+
+func beforeOf(st *shoalv1.SandboxStatus) before {
+	b := before{phase: st.GetPhase(), nodeLost: nodeLost(st)}
+	if c := condition(st, store.ConditionEngineReachable); c != nil && c.Status == "False" {
+		b.engineDown = true
+	}
+	return b
+}
+
+// transition records what a status write observed: a change of phase, a
+// node no longer lost, an engine that answers again.
+func (a *Agent) transition(sb *shoalv1.Sandbox, was before) {
 	st := sb.GetStatus()
-	if wasLost && !nodeLost(st) {
+	prev := was.phase
+	if was.nodeLost && !nodeLost(st) {
 		a.record(sb, events.Event{Reason: events.NodeReady,
 			Message: fmt.Sprintf("node %s reports on the sandbox again: %s", a.cfg.Node, phaseName(st.GetPhase())),
+			Details: map[string]string{"node": a.cfg.Node}})
+	}
+	if was.engineDown && !beforeOf(st).engineDown {
+		a.record(sb, events.Event{Reason: events.EngineAvailable,
+			Message: fmt.Sprintf("node %s's container engine answers again: %s", a.cfg.Node, phaseName(st.GetPhase())),
 			Details: map[string]string{"node": a.cfg.Node}})
 	}
 	if st.GetPhase() == prev {
@@ -64,7 +85,7 @@ func (a *Agent) transition(sb *shoalv1.Sandbox, prev shoalv1.SandboxPhase, wasLo
 		case shoalv1.SandboxPhase_PAUSED:
 			a.record(sb, events.Event{Reason: events.Unpaused, Message: fmt.Sprintf("container %s was unpaused", short(id)), Details: map[string]string{"container_id": id}})
 		case shoalv1.SandboxPhase_UNKNOWN:
-			// NodeReady said it; the container ran on.
+			// NodeReady or EngineAvailable said it; the container ran on.
 		default:
 			a.record(sb, events.Event{Reason: events.Started, Message: fmt.Sprintf("container %s is running", short(id)), Details: map[string]string{"container_id": id}})
 		}
@@ -84,6 +105,12 @@ func (a *Agent) transition(sb *shoalv1.Sandbox, prev shoalv1.SandboxPhase, wasLo
 		}
 		a.record(sb, events.Event{Reason: events.Failed, Message: st.GetMessage(), Details: d})
 	}
+}
+
+// recordEngineDown: the node's engine has not answered for its grace, so
+// nothing is known of sb's container (engine.go), in the engine's words.
+func (a *Agent) recordEngineDown(sb *shoalv1.Sandbox, why string) {
+	a.record(sb, events.Event{Reason: events.EngineUnavailable, Message: why, Details: map[string]string{"node": a.cfg.Node}})
 }
 
 // nodeLost reports whether the leader's NodeLost condition is True.

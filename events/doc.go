@@ -17,6 +17,7 @@
 //	        NodeReady        the owner reports on a sandbox the leader had marked NodeLost
 //	        TornDown         the owner removed the container of a deleted sandbox
 //	        Failed           the engine refused or failed, in its own words (FailedTeardown: the removal did)
+//	        EngineUnavailable/EngineAvailable  the node's engine stopped answering (past --engine-grace), and answers again
 //	leader  NodeLost         the sandbox's node lost its lease; its phase is UNKNOWN
 //	        Fenced           the lost node's fence time passed: it has frozen its containers by now, and deletions complete without it
 //	        Removed          the record is gone (and which proof let it go: the owner's teardown, or the fence)

@@ -31,6 +31,11 @@ const (
 	TornDown       Reason = "TornDown"
 	Failed         Reason = "Failed"
 	FailedTeardown Reason = "FailedTeardown"
+	// EngineUnavailable and EngineAvailable: the node's container engine
+	// stopped answering for longer than its --engine-grace, and answers
+	// again.
+	EngineUnavailable Reason = "EngineUnavailable"
+	EngineAvailable   Reason = "EngineAvailable"
 
 	NodeLost Reason = "NodeLost"
 	Fenced   Reason = "Fenced"
@@ -50,24 +55,26 @@ type reasonInfo struct {
 }
 
 var reasons = map[Reason]reasonInfo{
-	Scheduled:       {ReporterAPI, false},
-	DeleteRequested: {ReporterAPI, false},
-	StopRequested:   {ReporterAPI, false},
-	StartRequested:  {ReporterAPI, false},
-	Created:         {ReporterAgent, false},
-	Started:         {ReporterAgent, false},
-	Stopped:         {ReporterAgent, false},
-	Paused:          {ReporterAgent, true},
-	Unpaused:        {ReporterAgent, false},
-	Frozen:          {ReporterAgent, true},
-	Thawed:          {ReporterAgent, false},
-	NodeReady:       {ReporterAgent, false},
-	TornDown:        {ReporterAgent, false},
-	Failed:          {ReporterAgent, true},
-	FailedTeardown:  {ReporterAgent, true},
-	NodeLost:        {ReporterLeader, true},
-	Fenced:          {ReporterLeader, true},
-	Removed:         {ReporterLeader, false},
+	Scheduled:         {ReporterAPI, false},
+	DeleteRequested:   {ReporterAPI, false},
+	StopRequested:     {ReporterAPI, false},
+	StartRequested:    {ReporterAPI, false},
+	Created:           {ReporterAgent, false},
+	Started:           {ReporterAgent, false},
+	Stopped:           {ReporterAgent, false},
+	Paused:            {ReporterAgent, true},
+	Unpaused:          {ReporterAgent, false},
+	Frozen:            {ReporterAgent, true},
+	Thawed:            {ReporterAgent, false},
+	NodeReady:         {ReporterAgent, false},
+	TornDown:          {ReporterAgent, false},
+	Failed:            {ReporterAgent, true},
+	FailedTeardown:    {ReporterAgent, true},
+	EngineUnavailable: {ReporterAgent, true},
+	EngineAvailable:   {ReporterAgent, false},
+	NodeLost:          {ReporterLeader, true},
+	Fenced:            {ReporterLeader, true},
+	Removed:           {ReporterLeader, false},
 }
 
 // Event is what a caller records about a sandbox.

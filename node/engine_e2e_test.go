@@ -166,6 +166,21 @@ func TestDeadEngineIsNodeHealth(t *testing.T) {
 	if code, body := readyz(t, c.MetricsAddr(0)); code != http.StatusOK {
 		t.Errorf("/readyz of %s after its engine came back: %d %q", down, code, body)
 	}
+	// The sandbox's history says it, in order, in the node's words.
+	testenv.Eventually(t, 30*time.Second, "runs' events: EngineUnavailable, then EngineAvailable", func() (bool, error) {
+		resp, err := api.ListEvents(ctx, &shoalv1.ListEventsRequest{Sandbox: "runs"})
+		if err != nil {
+			return false, err
+		}
+		var got []string
+		for _, ev := range resp.Items {
+			if strings.HasPrefix(ev.Reason, "Engine") {
+				got = append(got, ev.Reason+" by "+ev.ReportingNode+": "+ev.Message)
+			}
+		}
+		return len(got) == 2 && strings.HasPrefix(got[0], "EngineUnavailable by "+down+": ") && strings.Contains(got[0], c.Engine(0).Host) &&
+			strings.HasPrefix(got[1], "EngineAvailable by "+down), fmt.Errorf("%q", got)
+	})
 }
 
 func engineReachable(sb *shoalv1.Sandbox) string {
