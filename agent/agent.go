@@ -143,7 +143,8 @@ type Agent struct {
 
 	engine engineHealth // engine.go
 
-	tornDown recent // events.go: the teardowns recorded as events
+	tornDown  recent // events.go: the teardowns recorded as events
+	frozenIDs recent // events.go: the containers freeze paused
 }
 
 // runTimeout bounds one container create and start, which shutdown

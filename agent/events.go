@@ -81,11 +81,15 @@ func (a *Agent) transition(sb *shoalv1.Sandbox, was before) {
 	id := st.GetContainerId()
 	switch st.GetPhase() {
 	case shoalv1.SandboxPhase_READY:
-		switch prev {
-		case shoalv1.SandboxPhase_PAUSED:
+		switch {
+		case prev == shoalv1.SandboxPhase_PAUSED && a.frozenIDs.remove(id):
+			// Thawed said it: the pause was the node's own freeze.
+		case prev == shoalv1.SandboxPhase_PAUSED:
 			a.record(sb, events.Event{Reason: events.Unpaused, Message: fmt.Sprintf("container %s was unpaused", short(id)), Details: map[string]string{"container_id": id}})
-		case shoalv1.SandboxPhase_UNKNOWN:
-			// NodeReady or EngineAvailable said it; the container ran on.
+		case prev == shoalv1.SandboxPhase_UNKNOWN:
+			// NodeReady or EngineAvailable said it; the container ran on
+			// (a freeze of it, if any, is over: Thawed said it).
+			a.frozenIDs.remove(id)
 		default:
 			a.record(sb, events.Event{Reason: events.Started, Message: fmt.Sprintf("container %s is running", short(id)), Details: map[string]string{"container_id": id}})
 		}
@@ -94,6 +98,9 @@ func (a *Agent) transition(sb *shoalv1.Sandbox, was before) {
 		a.record(sb, events.Event{Reason: events.Stopped, Message: st.GetMessage(), Warning: st.GetExitCode() != 0 && !requested,
 			Details: map[string]string{"container_id": id, "exit_code": fmt.Sprint(st.GetExitCode()), "requested": fmt.Sprint(requested)}})
 	case shoalv1.SandboxPhase_PAUSED:
+		if a.frozenIDs.has(id) {
+			return // seen paused by the node's own freeze: Frozen said it
+		}
 		a.record(sb, events.Event{Reason: events.Paused, Message: st.GetMessage(), Details: map[string]string{"container_id": id}})
 	case shoalv1.SandboxPhase_ERROR:
 		d := map[string]string{}
@@ -128,7 +135,10 @@ func phaseName(p shoalv1.SandboxPhase) string { return p.String() }
 func short(id string) string { return id[:min(12, len(id))] }
 
 // recordFrozen: freeze paused c, since the node does not hold its lease.
+// The container is remembered as frozen, so that a status write that sees
+// it paused before the thaw records no Paused (nor Unpaused after it).
 func (a *Agent) recordFrozen(c shoal.Container) {
+	a.frozenIDs.add(c.ID, time.Now())
 	a.record(a.containerRef(c), events.Event{Reason: events.Frozen,
 		Message: fmt.Sprintf("node %s does not hold its liveness lease: it paused container %s until it does (self-fencing)", a.cfg.Node, short(c.ID)),
 		Details: map[string]string{"node": a.cfg.Node, "container_id": c.ID}})
@@ -188,4 +198,21 @@ func (r *recent) add(key string, now time.Time) bool {
 	}
 	r.seen[key] = now
 	return true
+}
+
+// has reports whether key was added within recentFor.
+func (r *recent) has(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.seen[key]
+	return ok && time.Since(at) <= recentFor
+}
+
+// remove removes key, and reports whether it was there (within recentFor).
+func (r *recent) remove(key string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.seen[key]
+	delete(r.seen, key)
+	return ok && time.Since(at) <= recentFor
 }

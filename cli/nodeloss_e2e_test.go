@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,6 +189,18 @@ func TestOwnerCutOff(t *testing.T) {
 			sb.Status.Phase == shoalv1.SandboxPhase_READY, nil
 	})
 	run(t, bin, front, "sandbox", "exec", "kept", "--", "true").must(t, 0, "exec in the thawed sandbox")
+
+	// The histories say so: what the cut-off node did while it could not
+	// write (Frozen) arrives once it is back, in its place.
+	testenv.Eventually(t, 30*time.Second, "the cut-off node's events written", func() (bool, error) {
+		kept := listEvents(t, bin, front, "sandbox", "events", "kept")
+		gone := listEvents(t, bin, front, "sandbox", "events", "gone")
+		// (The node's own freeze is never a Paused nor an Unpaused.)
+		ok := slices.Equal(only(kept, "Frozen", "Thawed", "Paused", "Unpaused"), []string{"Frozen", "Thawed"}) &&
+			slices.Equal(only(kept, "NodeLost", "Fenced", "NodeReady"), []string{"NodeLost", "Fenced", "NodeReady"}) &&
+			slices.Equal(only(gone, "Frozen", "DeleteRequested", "Removed", "TornDown"), []string{"Frozen", "DeleteRequested", "Removed", "TornDown"})
+		return ok, fmt.Errorf("kept: %v; gone: %v", reasons(kept), reasons(gone))
+	})
 }
 
 // drain cordons and waits (--delete deletes); remove refuses a Ready
