@@ -22,7 +22,10 @@
 //	        Fenced           the lost node's fence time passed: it has frozen its containers by now, and deletions complete without it
 //	        Removed          the record is gone (and which proof let it go: the owner's teardown, or the fence)
 //
-// A node never records about a sandbox it did not act on. Fenced is a fact
+// A node never records about a sandbox it did not act on. (One freeze is
+// not recorded: that of a node process restarted while cut off, which
+// pauses its containers before it has an agent or a recorder,
+// node/cutoff.go; it logs them.) Fenced is a fact
 // every leader derives alike (the loss's time plus the fence margin), so
 // it is written Once: its id comes from that time, its key is written only
 // while absent, and a new leader that records it again changes nothing.
