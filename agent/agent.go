@@ -49,6 +49,11 @@ type Runtime interface {
 	Remove(ctx context.Context, uid string) error
 	Pause(ctx context.Context, id string) error
 	Unpause(ctx context.Context, id string) error
+	// Stop stops a running container (SIGTERM, SIGKILL after grace) and
+	// keeps it; Start starts a stopped one again and waits up to settle
+	// for a command that ends at once (runstate.go).
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	Start(ctx context.Context, id string, settle time.Duration) error
 	// ReapExecs kills the execs in a container that an earlier run of
 	// this node started and that still run (execs.go).
 	ReapExecs(ctx context.Context, id string) ([]shoal.ReapedExec, error)
@@ -139,6 +144,10 @@ type Agent struct {
 	rejoinedOnce sync.Once
 
 	engine engineHealth // engine.go
+
+	// life is Start's context: what outlives one reconcile's deadline
+	// (a stop's grace, runstate.go) still ends with the agent.
+	life context.Context
 }
 
 // runTimeout bounds one container create and start, which shutdown
@@ -238,6 +247,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	a.life = ctx
 	q := workqueue.New(item.key)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -355,7 +365,7 @@ func (a *Agent) Start(ctx context.Context) error {
 				continue
 			}
 			byUID[sb.Meta.Uid] = it
-			if sb.Meta.DeletionTimestamp != nil || sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING {
+			if sb.Meta.DeletionTimestamp != nil || sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING || runStatePending(sb) {
 				q.Add(it)
 			}
 		case <-rewatch.C:
@@ -720,11 +730,19 @@ func (a *Agent) syncStatus(ctx context.Context, sb *shoalv1.Sandbox) error {
 	if err != nil {
 		return err
 	}
+	switch {
+	case wantStopped(sb) && st.Running:
+		return a.stopContainer(ctx, sb, id)
+	case !wantStopped(sb) && runStatePending(sb) && st.Exists && !st.Running:
+		return a.startContainer(ctx, sb, id)
+	}
+	gen := sb.GetSpec().GetRunGeneration()
 	return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
 		observe(s, id, st)
-		if s.Phase == shoalv1.SandboxPhase_STOPPED {
+		observeRunState(s, sb, gen)
+		if s.Phase == shoalv1.SandboxPhase_STOPPED && !wantStopped(sb) {
 			if by, since := a.stoppedByOutage(st); by {
-				s.Message = fmt.Sprintf("container stopped with code %d when its engine went down or restarted (it last answered at %s), not necessarily by its command: delete the sandbox and create it again",
+				s.Message = fmt.Sprintf("container stopped with code %d when its engine went down or restarted (it last answered at %s), not necessarily by its command: start it again with `shoal sandbox start`",
 					st.ExitCode, since.UTC().Format(time.RFC3339))
 				store.SetCondition(s, "ContainerPresent", "True", "StoppedByEngine", s.Message)
 			}

@@ -392,7 +392,6 @@ func (r *Runtime) settle(ctx context.Context, id string, d time.Duration) {
 	}
 }
 
-// daemonText is Docker's own message, without the client's prefix.
 // unreachable is err as UNAVAILABLE naming the node and its engine when
 // the engine could not be reached at all (it is down or restarting), and
 // err itself otherwise.
@@ -403,6 +402,7 @@ func (r *Runtime) unreachable(err error) error {
 	return err
 }
 
+// daemonText is Docker's own message, without the client's prefix.
 func daemonText(err error) string {
 	return strings.TrimPrefix(err.Error(), "Error response from daemon: ")
 }
@@ -552,6 +552,37 @@ func (r *Runtime) Unpause(ctx context.Context, id string) error {
 	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "is not paused") {
 		return fmt.Errorf("unpause container %s: %w", id[:min(12, len(id))], err)
 	}
+	return nil
+}
+
+// Stop stops a container as docker stop does: its stop signal (SIGTERM
+// unless the image names another), then SIGKILL after grace (rounded up
+// to whole seconds, the engine's unit). The container and its files stay.
+// One that is not running is left as it is; a missing one is NotFound.
+func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) error {
+	secs := int((grace + time.Second - 1) / time.Second)
+	err := r.cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs})
+	switch {
+	case err == nil:
+		return nil
+	case cerrdefs.IsNotFound(err):
+		return shoal.NotFound("container %s was removed outside shoal", id[:min(12, len(id))])
+	}
+	return r.unreachable(fmt.Errorf("stop container %s: %w", id[:min(12, len(id))], err))
+}
+
+// Start starts a stopped container again (docker start): the same
+// container, its files and the environment it was created with. Like Run
+// it then waits up to settle for a command that ends at once. One that
+// runs already is left as it is; a missing one is NotFound.
+func (r *Runtime) Start(ctx context.Context, id string, settle time.Duration) error {
+	if err := r.start(ctx, id); err != nil {
+		if st, ierr := r.Inspect(ctx, id); ierr == nil && !st.Exists {
+			return shoal.NotFound("container %s was removed outside shoal", id[:min(12, len(id))])
+		}
+		return r.unreachable(err)
+	}
+	r.settle(ctx, id, settle)
 	return nil
 }
 

@@ -44,6 +44,7 @@ type Runtime struct {
 type ctr struct {
 	shoal.Container
 	env      []string
+	cmd      []string
 	running  bool
 	paused   bool
 	exitCode int
@@ -107,7 +108,7 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (string, error
 		return "", err
 	}
 	c := &ctr{Container: shoal.Container{ID: newID(), UID: s.UID, Name: s.Name, Workspace: s.Workspace, Node: r.cfg.Node,
-		State: "running", Created: time.Now()}, env: slices.Clone(s.Env), running: true, started: time.Now()}
+		State: "running", Created: time.Now()}, env: slices.Clone(s.Env), cmd: slices.Clone(s.Command), running: true, started: time.Now()}
 	code, exits := exitOf(s.Command)
 	r.mu.Lock()
 	r.containers[c.ID] = c
@@ -234,6 +235,51 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 // Unpause thaws a paused container; others are left as they are.
 func (r *Runtime) Unpause(ctx context.Context, id string) error {
 	return r.setPaused(ctx, id, false)
+}
+
+// Stop ends a running (or paused) container's process as docker stop
+// does when the process obeys SIGTERM: exit code 143. The grace is not
+// simulated.
+func (r *Runtime) Stop(ctx context.Context, id string, _ time.Duration) error {
+	if err := r.wait(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[id]
+	if !ok {
+		return shoal.NotFound("container %s not found", id)
+	}
+	if !c.running {
+		return nil
+	}
+	c.running, c.paused, c.State, c.exitCode = false, false, "exited", 143
+	r.emitLocked(shoal.ContainerEvent{Action: "die", ID: id, UID: c.UID, ExitCode: "143"})
+	return nil
+}
+
+// Start starts an exited container again, with the command it was made
+// with (one that ends at once has ended by the time Start returns).
+func (r *Runtime) Start(ctx context.Context, id string, _ time.Duration) error {
+	if err := r.wait(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[id]
+	if !ok {
+		return shoal.NotFound("container %s not found", id)
+	}
+	if c.running {
+		return nil
+	}
+	c.running, c.State, c.started = true, "running", time.Now()
+	r.emitLocked(shoal.ContainerEvent{Action: "start", ID: id, UID: c.UID})
+	if code, exits := exitOf(c.cmd); exits {
+		c.running, c.State, c.exitCode = false, "exited", code
+		r.emitLocked(shoal.ContainerEvent{Action: "die", ID: id, UID: c.UID, ExitCode: strconv.Itoa(code)})
+	}
+	return nil
 }
 
 // ReapExecs has nothing to do: a simulated exec ends with the process

@@ -29,6 +29,55 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RunState int32
+
+const (
+	RunState_RUN_STATE_UNSPECIFIED RunState = 0
+	RunState_RUN_STATE_RUNNING     RunState = 1
+	RunState_RUN_STATE_STOPPED     RunState = 2
+)
+
+// Enum value maps for RunState.
+var (
+	RunState_name = map[int32]string{
+		0: "RUN_STATE_UNSPECIFIED",
+		1: "RUN_STATE_RUNNING",
+		2: "RUN_STATE_STOPPED",
+	}
+	RunState_value = map[string]int32{
+		"RUN_STATE_UNSPECIFIED": 0,
+		"RUN_STATE_RUNNING":     1,
+		"RUN_STATE_STOPPED":     2,
+	}
+)
+
+func (x RunState) Enum() *RunState {
+	p := new(RunState)
+	*p = x
+	return p
+}
+
+func (x RunState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RunState) Descriptor() protoreflect.EnumDescriptor {
+	return file_shoal_v1_shoal_proto_enumTypes[0].Descriptor()
+}
+
+func (RunState) Type() protoreflect.EnumType {
+	return &file_shoal_v1_shoal_proto_enumTypes[0]
+}
+
+func (x RunState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RunState.Descriptor instead.
+func (RunState) EnumDescriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{0}
+}
+
 type SandboxPhase int32
 
 const (
@@ -45,6 +94,14 @@ const (
 	// The sandbox's node was lost (its lease expired): nobody observes the
 	// container. The condition NodeLost says since when.
 	SandboxPhase_UNKNOWN SandboxPhase = 7
+	// A stop was requested (shoal sandbox stop) and the owning agent is
+	// stopping the container: STOPPED follows, with the condition Stopped
+	// (reason StopRequested) and the exit code.
+	SandboxPhase_STOPPING SandboxPhase = 8
+	// A start was requested (shoal sandbox start) and the owning agent is
+	// starting the same container again: READY follows (or STOPPED/ERROR
+	// if its command ends or cannot start).
+	SandboxPhase_STARTING SandboxPhase = 9
 )
 
 // Enum value maps for SandboxPhase.
@@ -58,6 +115,8 @@ var (
 		5: "DELETING",
 		6: "PAUSED",
 		7: "UNKNOWN",
+		8: "STOPPING",
+		9: "STARTING",
 	}
 	SandboxPhase_value = map[string]int32{
 		"SANDBOX_PHASE_UNSPECIFIED": 0,
@@ -68,6 +127,8 @@ var (
 		"DELETING":                  5,
 		"PAUSED":                    6,
 		"UNKNOWN":                   7,
+		"STOPPING":                  8,
+		"STARTING":                  9,
 	}
 )
 
@@ -82,11 +143,11 @@ func (x SandboxPhase) String() string {
 }
 
 func (SandboxPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[0].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[1].Descriptor()
 }
 
 func (SandboxPhase) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[0]
+	return &file_shoal_v1_shoal_proto_enumTypes[1]
 }
 
 func (x SandboxPhase) Number() protoreflect.EnumNumber {
@@ -95,7 +156,7 @@ func (x SandboxPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SandboxPhase.Descriptor instead.
 func (SandboxPhase) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{0}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{1}
 }
 
 type ProviderType int32
@@ -140,11 +201,11 @@ func (x ProviderType) String() string {
 }
 
 func (ProviderType) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[1].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[2].Descriptor()
 }
 
 func (ProviderType) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[1]
+	return &file_shoal_v1_shoal_proto_enumTypes[2]
 }
 
 func (x ProviderType) Number() protoreflect.EnumNumber {
@@ -153,7 +214,7 @@ func (x ProviderType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProviderType.Descriptor instead.
 func (ProviderType) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{1}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{2}
 }
 
 type EventType int32
@@ -192,11 +253,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[2].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[3].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[2]
+	return &file_shoal_v1_shoal_proto_enumTypes[3]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -205,7 +266,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{2}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{3}
 }
 
 type ObjectMeta struct {
@@ -385,7 +446,19 @@ type SandboxSpec struct {
 	NodeSelector map[string]string `protobuf:"bytes,7,rep,name=node_selector,json=nodeSelector,proto3" json:"node_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The container's root filesystem is read-only (a tmpfs /tmp stays
 	// writable).
-	ReadOnlyRoot  bool `protobuf:"varint,8,opt,name=read_only_root,json=readOnlyRoot,proto3" json:"read_only_root,omitempty"`
+	ReadOnlyRoot bool `protobuf:"varint,8,opt,name=read_only_root,json=readOnlyRoot,proto3" json:"read_only_root,omitempty"`
+	// Whether the container should run (shoal sandbox stop / start). Unset
+	// means RUN_STATE_RUNNING. The owning agent converges the container to
+	// it: stop is docker stop (SIGTERM, then SIGKILL after stop_grace),
+	// keeping the container and its files; start is docker start of the
+	// same container.
+	RunState RunState `protobuf:"varint,9,opt,name=run_state,json=runState,proto3,enum=shoal.v1.RunState" json:"run_state,omitempty"`
+	// Moves with every stop or start request (StopSandbox, StartSandbox);
+	// status.observed_run_generation says which one the agent acted on.
+	RunGeneration int64 `protobuf:"varint,10,opt,name=run_generation,json=runGeneration,proto3" json:"run_generation,omitempty"`
+	// How long a stop waits between SIGTERM and SIGKILL (the last stop's
+	// --grace; unset: 10s).
+	StopGrace     *durationpb.Duration `protobuf:"bytes,11,opt,name=stop_grace,json=stopGrace,proto3" json:"stop_grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -476,6 +549,27 @@ func (x *SandboxSpec) GetReadOnlyRoot() bool {
 	return false
 }
 
+func (x *SandboxSpec) GetRunState() RunState {
+	if x != nil {
+		return x.RunState
+	}
+	return RunState_RUN_STATE_UNSPECIFIED
+}
+
+func (x *SandboxSpec) GetRunGeneration() int64 {
+	if x != nil {
+		return x.RunGeneration
+	}
+	return 0
+}
+
+func (x *SandboxSpec) GetStopGrace() *durationpb.Duration {
+	if x != nil {
+		return x.StopGrace
+	}
+	return nil
+}
+
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
@@ -558,13 +652,17 @@ type SandboxStatus struct {
 	Phase SandboxPhase           `protobuf:"varint,1,opt,name=phase,proto3,enum=shoal.v1.SandboxPhase" json:"phase,omitempty"`
 	// Observed: the node whose agent last reported on the container (the
 	// desired node is spec.node).
-	Node          string       `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	ContainerId   string       `protobuf:"bytes,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
-	ExitCode      int32        `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Conditions    []*Condition `protobuf:"bytes,5,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	Message       string       `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Node        string       `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	ContainerId string       `protobuf:"bytes,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	ExitCode    int32        `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Conditions  []*Condition `protobuf:"bytes,5,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	Message     string       `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// The spec.run_generation the owning agent last acted on: a stop or
+	// start is done when this reached the request's generation and the
+	// phase is neither STOPPING nor STARTING.
+	ObservedRunGeneration int64 `protobuf:"varint,7,opt,name=observed_run_generation,json=observedRunGeneration,proto3" json:"observed_run_generation,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SandboxStatus) Reset() {
@@ -637,6 +735,13 @@ func (x *SandboxStatus) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *SandboxStatus) GetObservedRunGeneration() int64 {
+	if x != nil {
+		return x.ObservedRunGeneration
+	}
+	return 0
 }
 
 type Sandbox struct {
@@ -2046,6 +2151,151 @@ func (x *DetachProviderRequest) GetProvider() string {
 	return ""
 }
 
+type StopSandboxRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Between SIGTERM and SIGKILL; unset: 10s. At most 1h.
+	Grace           *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
+	Wait            bool                 `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	ResourceVersion int64                `protobuf:"varint,5,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *StopSandboxRequest) Reset() {
+	*x = StopSandboxRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopSandboxRequest) ProtoMessage() {}
+
+func (x *StopSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopSandboxRequest.ProtoReflect.Descriptor instead.
+func (*StopSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *StopSandboxRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *StopSandboxRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StopSandboxRequest) GetGrace() *durationpb.Duration {
+	if x != nil {
+		return x.Grace
+	}
+	return nil
+}
+
+func (x *StopSandboxRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *StopSandboxRequest) GetResourceVersion() int64 {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return 0
+}
+
+type StartSandboxRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Workspace       string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Name            string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Wait            bool                   `protobuf:"varint,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	ResourceVersion int64                  `protobuf:"varint,4,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *StartSandboxRequest) Reset() {
+	*x = StartSandboxRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartSandboxRequest) ProtoMessage() {}
+
+func (x *StartSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartSandboxRequest.ProtoReflect.Descriptor instead.
+func (*StartSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *StartSandboxRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *StartSandboxRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StartSandboxRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *StartSandboxRequest) GetResourceVersion() int64 {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return 0
+}
+
 type CreateProviderRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Provider      *Provider              `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
@@ -2055,7 +2305,7 @@ type CreateProviderRequest struct {
 
 func (x *CreateProviderRequest) Reset() {
 	*x = CreateProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2067,7 +2317,7 @@ func (x *CreateProviderRequest) String() string {
 func (*CreateProviderRequest) ProtoMessage() {}
 
 func (x *CreateProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2080,7 +2330,7 @@ func (x *CreateProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProviderRequest.ProtoReflect.Descriptor instead.
 func (*CreateProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{25}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateProviderRequest) GetProvider() *Provider {
@@ -2100,7 +2350,7 @@ type GetProviderRequest struct {
 
 func (x *GetProviderRequest) Reset() {
 	*x = GetProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2362,7 @@ func (x *GetProviderRequest) String() string {
 func (*GetProviderRequest) ProtoMessage() {}
 
 func (x *GetProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2375,7 @@ func (x *GetProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProviderRequest.ProtoReflect.Descriptor instead.
 func (*GetProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{26}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetProviderRequest) GetWorkspace() string {
@@ -2153,7 +2403,7 @@ type ListProvidersRequest struct {
 
 func (x *ListProvidersRequest) Reset() {
 	*x = ListProvidersRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2415,7 @@ func (x *ListProvidersRequest) String() string {
 func (*ListProvidersRequest) ProtoMessage() {}
 
 func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2428,7 @@ func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersRequest.ProtoReflect.Descriptor instead.
 func (*ListProvidersRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{27}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListProvidersRequest) GetWorkspace() string {
@@ -2215,7 +2465,7 @@ type ListProvidersResponse struct {
 
 func (x *ListProvidersResponse) Reset() {
 	*x = ListProvidersResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2477,7 @@ func (x *ListProvidersResponse) String() string {
 func (*ListProvidersResponse) ProtoMessage() {}
 
 func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2490,7 @@ func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersResponse.ProtoReflect.Descriptor instead.
 func (*ListProvidersResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{28}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListProvidersResponse) GetItems() []*Provider {
@@ -2290,7 +2540,7 @@ type UpdateProviderRequest struct {
 
 func (x *UpdateProviderRequest) Reset() {
 	*x = UpdateProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2552,7 @@ func (x *UpdateProviderRequest) String() string {
 func (*UpdateProviderRequest) ProtoMessage() {}
 
 func (x *UpdateProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2565,7 @@ func (x *UpdateProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateProviderRequest.ProtoReflect.Descriptor instead.
 func (*UpdateProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{29}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UpdateProviderRequest) GetProvider() *Provider {
@@ -2373,7 +2623,7 @@ type DeleteProviderRequest struct {
 
 func (x *DeleteProviderRequest) Reset() {
 	*x = DeleteProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2635,7 @@ func (x *DeleteProviderRequest) String() string {
 func (*DeleteProviderRequest) ProtoMessage() {}
 
 func (x *DeleteProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2648,7 @@ func (x *DeleteProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProviderRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{30}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteProviderRequest) GetWorkspace() string {
@@ -2441,7 +2691,7 @@ type DeleteProviderResponse struct {
 
 func (x *DeleteProviderResponse) Reset() {
 	*x = DeleteProviderResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2703,7 @@ func (x *DeleteProviderResponse) String() string {
 func (*DeleteProviderResponse) ProtoMessage() {}
 
 func (x *DeleteProviderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2716,7 @@ func (x *DeleteProviderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProviderResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProviderResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{31}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteProviderResponse) GetDeleted() bool {
@@ -2521,7 +2771,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2783,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2796,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{32}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Node) GetName() string {
@@ -2660,7 +2910,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2922,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2935,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{33}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeStatus) GetReady() bool {
@@ -2731,7 +2981,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +2993,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +3006,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{34}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{36}
 }
 
 type ListNodesResponse struct {
@@ -2768,7 +3018,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2780,7 +3030,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2793,7 +3043,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{35}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListNodesResponse) GetItems() []*Node {
@@ -2812,7 +3062,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +3074,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +3087,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{36}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetNodeRequest) GetName() string {
@@ -2858,7 +3108,7 @@ type CordonNodeRequest struct {
 
 func (x *CordonNodeRequest) Reset() {
 	*x = CordonNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2870,7 +3120,7 @@ func (x *CordonNodeRequest) String() string {
 func (*CordonNodeRequest) ProtoMessage() {}
 
 func (x *CordonNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2883,7 +3133,7 @@ func (x *CordonNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CordonNodeRequest.ProtoReflect.Descriptor instead.
 func (*CordonNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{37}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CordonNodeRequest) GetName() string {
@@ -2909,7 +3159,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +3171,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +3184,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{38}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveNodeRequest) GetName() string {
@@ -2954,7 +3204,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3216,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3229,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{39}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveNodeResponse) GetSandboxes() []string {
@@ -3000,7 +3250,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3012,7 +3262,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3025,7 +3275,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{40}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DrainNodeRequest) GetName() string {
@@ -3053,7 +3303,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3065,7 +3315,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3078,7 +3328,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{41}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -3103,7 +3353,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3365,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3378,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{42}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{44}
 }
 
 type Member struct {
@@ -3152,7 +3402,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3414,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3427,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{43}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Member) GetName() string {
@@ -3275,7 +3525,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3537,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3300,7 +3550,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{44}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ClusterStatus) GetMembers() []*Member {
@@ -3353,7 +3603,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3365,7 +3615,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3378,7 +3628,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{45}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{47}
 }
 
 type ListMembersResponse struct {
@@ -3390,7 +3640,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3402,7 +3652,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3415,7 +3665,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{46}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3437,7 +3687,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3699,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3712,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{47}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AddMemberRequest) GetName() string {
@@ -3497,7 +3747,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3509,7 +3759,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3522,7 +3772,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{48}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -3549,7 +3799,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3561,7 +3811,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3574,7 +3824,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{49}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoveMemberRequest) GetName() string {
@@ -3593,7 +3843,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3605,7 +3855,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3618,7 +3868,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{50}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PromoteMemberRequest) GetName() string {
@@ -3636,7 +3886,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3648,7 +3898,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3661,7 +3911,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{51}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{53}
 }
 
 type RotateEncryptionKeyRequest struct {
@@ -3674,7 +3924,7 @@ type RotateEncryptionKeyRequest struct {
 
 func (x *RotateEncryptionKeyRequest) Reset() {
 	*x = RotateEncryptionKeyRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3686,7 +3936,7 @@ func (x *RotateEncryptionKeyRequest) String() string {
 func (*RotateEncryptionKeyRequest) ProtoMessage() {}
 
 func (x *RotateEncryptionKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3699,7 +3949,7 @@ func (x *RotateEncryptionKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateEncryptionKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateEncryptionKeyRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{52}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RotateEncryptionKeyRequest) GetWorkspace() string {
@@ -3728,7 +3978,7 @@ type RotateEncryptionKeyResponse struct {
 
 func (x *RotateEncryptionKeyResponse) Reset() {
 	*x = RotateEncryptionKeyResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3990,7 @@ func (x *RotateEncryptionKeyResponse) String() string {
 func (*RotateEncryptionKeyResponse) ProtoMessage() {}
 
 func (x *RotateEncryptionKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +4003,7 @@ func (x *RotateEncryptionKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateEncryptionKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateEncryptionKeyResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{53}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RotateEncryptionKeyResponse) GetKey() string {
@@ -3800,7 +4050,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3812,7 +4062,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3825,7 +4075,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{54}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -3860,7 +4110,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\tResources\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\x03R\tcpuMillis\x12!\n" +
-	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\"\xc1\x03\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\"\xd3\x04\n" +
 	"\vSandboxSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x120\n" +
@@ -3869,7 +4119,12 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\tresources\x18\x05 \x01(\v2\x13.shoal.v1.ResourcesR\tresources\x12\x12\n" +
 	"\x04node\x18\x06 \x01(\tR\x04node\x12L\n" +
 	"\rnode_selector\x18\a \x03(\v2'.shoal.v1.SandboxSpec.NodeSelectorEntryR\fnodeSelector\x12$\n" +
-	"\x0eread_only_root\x18\b \x01(\bR\freadOnlyRoot\x1a6\n" +
+	"\x0eread_only_root\x18\b \x01(\bR\freadOnlyRoot\x12/\n" +
+	"\trun_state\x18\t \x01(\x0e2\x12.shoal.v1.RunStateR\brunState\x12%\n" +
+	"\x0erun_generation\x18\n" +
+	" \x01(\x03R\rrunGeneration\x128\n" +
+	"\n" +
+	"stop_grace\x18\v \x01(\v2\x19.google.protobuf.DurationR\tstopGrace\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
@@ -3881,7 +4136,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12L\n" +
-	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\xe0\x01\n" +
+	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\x98\x02\n" +
 	"\rSandboxStatus\x12,\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x16.shoal.v1.SandboxPhaseR\x05phase\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12!\n" +
@@ -3890,7 +4145,8 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\n" +
 	"conditions\x18\x05 \x03(\v2\x13.shoal.v1.ConditionR\n" +
 	"conditions\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\x8f\x01\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x126\n" +
+	"\x17observed_run_generation\x18\a \x01(\x03R\x15observedRunGeneration\"\x8f\x01\n" +
 	"\aSandbox\x12(\n" +
 	"\x04meta\x18\x01 \x01(\v2\x14.shoal.v1.ObjectMetaR\x04meta\x12)\n" +
 	"\x04spec\x18\x02 \x01(\v2\x15.shoal.v1.SandboxSpecR\x04spec\x12/\n" +
@@ -4006,7 +4262,18 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x15DetachProviderRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
-	"\bprovider\x18\x03 \x01(\tR\bprovider\"G\n" +
+	"\bprovider\x18\x03 \x01(\tR\bprovider\"\xb6\x01\n" +
+	"\x12StopSandboxRequest\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12/\n" +
+	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\x12\x12\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\x12)\n" +
+	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion\"\x86\x01\n" +
+	"\x13StartSandboxRequest\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04wait\x18\x03 \x01(\bR\x04wait\x12)\n" +
+	"\x10resource_version\x18\x04 \x01(\x03R\x0fresourceVersion\"G\n" +
 	"\x15CreateProviderRequest\x12.\n" +
 	"\bprovider\x18\x01 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"F\n" +
 	"\x12GetProviderRequest\x12\x1c\n" +
@@ -4132,7 +4399,11 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x06failed\x18\x04 \x03(\tR\x06failed\x12\x18\n" +
 	"\askipped\x18\x05 \x03(\tR\askipped\"#\n" +
 	"\rSnapshotChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data*\x89\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data*S\n" +
+	"\bRunState\x12\x19\n" +
+	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11RUN_STATE_RUNNING\x10\x01\x12\x15\n" +
+	"\x11RUN_STATE_STOPPED\x10\x02*\xa5\x01\n" +
 	"\fSandboxPhase\x12\x1d\n" +
 	"\x19SANDBOX_PHASE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPROVISIONING\x10\x01\x12\t\n" +
@@ -4142,7 +4413,9 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\bDELETING\x10\x05\x12\n" +
 	"\n" +
 	"\x06PAUSED\x10\x06\x12\v\n" +
-	"\aUNKNOWN\x10\a*m\n" +
+	"\aUNKNOWN\x10\a\x12\f\n" +
+	"\bSTOPPING\x10\b\x12\f\n" +
+	"\bSTARTING\x10\t*m\n" +
 	"\fProviderType\x12\x1d\n" +
 	"\x19PROVIDER_TYPE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -4157,7 +4430,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ADDED\x10\x01\x12\f\n" +
 	"\bMODIFIED\x10\x02\x12\v\n" +
-	"\aDELETED\x10\x032\xeb\b\n" +
+	"\aDELETED\x10\x032\xed\t\n" +
 	"\x05Shoal\x12B\n" +
 	"\rCreateSandbox\x12\x1e.shoal.v1.CreateSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12<\n" +
 	"\n" +
@@ -4170,7 +4443,9 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x0fExecInteractive\x12\x13.shoal.v1.ExecInput\x1a\x13.shoal.v1.ExecChunk(\x010\x01\x124\n" +
 	"\x04Logs\x12\x15.shoal.v1.LogsRequest\x1a\x13.shoal.v1.LogsChunk0\x01\x12D\n" +
 	"\x0eAttachProvider\x12\x1f.shoal.v1.AttachProviderRequest\x1a\x11.shoal.v1.Sandbox\x12D\n" +
-	"\x0eDetachProvider\x12\x1f.shoal.v1.DetachProviderRequest\x1a\x11.shoal.v1.Sandbox\x12E\n" +
+	"\x0eDetachProvider\x12\x1f.shoal.v1.DetachProviderRequest\x1a\x11.shoal.v1.Sandbox\x12>\n" +
+	"\vStopSandbox\x12\x1c.shoal.v1.StopSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12@\n" +
+	"\fStartSandbox\x12\x1d.shoal.v1.StartSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12E\n" +
 	"\x0eCreateProvider\x12\x1f.shoal.v1.CreateProviderRequest\x1a\x12.shoal.v1.Provider\x12?\n" +
 	"\vGetProvider\x12\x1c.shoal.v1.GetProviderRequest\x1a\x12.shoal.v1.Provider\x12P\n" +
 	"\rListProviders\x12\x1e.shoal.v1.ListProvidersRequest\x1a\x1f.shoal.v1.ListProvidersResponse\x12E\n" +
@@ -4204,189 +4479,199 @@ func file_shoal_v1_shoal_proto_rawDescGZIP() []byte {
 	return file_shoal_v1_shoal_proto_rawDescData
 }
 
-var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_shoal_v1_shoal_proto_goTypes = []any{
-	(SandboxPhase)(0),                   // 0: shoal.v1.SandboxPhase
-	(ProviderType)(0),                   // 1: shoal.v1.ProviderType
-	(EventType)(0),                      // 2: shoal.v1.EventType
-	(*ObjectMeta)(nil),                  // 3: shoal.v1.ObjectMeta
-	(*Resources)(nil),                   // 4: shoal.v1.Resources
-	(*SandboxSpec)(nil),                 // 5: shoal.v1.SandboxSpec
-	(*Condition)(nil),                   // 6: shoal.v1.Condition
-	(*SandboxStatus)(nil),               // 7: shoal.v1.SandboxStatus
-	(*Sandbox)(nil),                     // 8: shoal.v1.Sandbox
-	(*Provider)(nil),                    // 9: shoal.v1.Provider
-	(*Preconditions)(nil),               // 10: shoal.v1.Preconditions
-	(*CreateSandboxRequest)(nil),        // 11: shoal.v1.CreateSandboxRequest
-	(*GetSandboxRequest)(nil),           // 12: shoal.v1.GetSandboxRequest
-	(*ListSandboxesRequest)(nil),        // 13: shoal.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),       // 14: shoal.v1.ListSandboxesResponse
-	(*UpdateSandboxRequest)(nil),        // 15: shoal.v1.UpdateSandboxRequest
-	(*DeleteSandboxRequest)(nil),        // 16: shoal.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),       // 17: shoal.v1.DeleteSandboxResponse
-	(*WatchSandboxesRequest)(nil),       // 18: shoal.v1.WatchSandboxesRequest
-	(*WatchEvent)(nil),                  // 19: shoal.v1.WatchEvent
-	(*ExecRequest)(nil),                 // 20: shoal.v1.ExecRequest
-	(*TerminalSize)(nil),                // 21: shoal.v1.TerminalSize
-	(*ExecInput)(nil),                   // 22: shoal.v1.ExecInput
-	(*ExecChunk)(nil),                   // 23: shoal.v1.ExecChunk
-	(*LogsRequest)(nil),                 // 24: shoal.v1.LogsRequest
-	(*LogsChunk)(nil),                   // 25: shoal.v1.LogsChunk
-	(*AttachProviderRequest)(nil),       // 26: shoal.v1.AttachProviderRequest
-	(*DetachProviderRequest)(nil),       // 27: shoal.v1.DetachProviderRequest
-	(*CreateProviderRequest)(nil),       // 28: shoal.v1.CreateProviderRequest
-	(*GetProviderRequest)(nil),          // 29: shoal.v1.GetProviderRequest
-	(*ListProvidersRequest)(nil),        // 30: shoal.v1.ListProvidersRequest
-	(*ListProvidersResponse)(nil),       // 31: shoal.v1.ListProvidersResponse
-	(*UpdateProviderRequest)(nil),       // 32: shoal.v1.UpdateProviderRequest
-	(*DeleteProviderRequest)(nil),       // 33: shoal.v1.DeleteProviderRequest
-	(*DeleteProviderResponse)(nil),      // 34: shoal.v1.DeleteProviderResponse
-	(*Node)(nil),                        // 35: shoal.v1.Node
-	(*NodeStatus)(nil),                  // 36: shoal.v1.NodeStatus
-	(*ListNodesRequest)(nil),            // 37: shoal.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 38: shoal.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),              // 39: shoal.v1.GetNodeRequest
-	(*CordonNodeRequest)(nil),           // 40: shoal.v1.CordonNodeRequest
-	(*RemoveNodeRequest)(nil),           // 41: shoal.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 42: shoal.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),            // 43: shoal.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),           // 44: shoal.v1.DrainNodeResponse
-	(*ClusterStatusRequest)(nil),        // 45: shoal.v1.ClusterStatusRequest
-	(*Member)(nil),                      // 46: shoal.v1.Member
-	(*ClusterStatus)(nil),               // 47: shoal.v1.ClusterStatus
-	(*ListMembersRequest)(nil),          // 48: shoal.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),         // 49: shoal.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),            // 50: shoal.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),           // 51: shoal.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),         // 52: shoal.v1.RemoveMemberRequest
-	(*PromoteMemberRequest)(nil),        // 53: shoal.v1.PromoteMemberRequest
-	(*SnapshotRequest)(nil),             // 54: shoal.v1.SnapshotRequest
-	(*RotateEncryptionKeyRequest)(nil),  // 55: shoal.v1.RotateEncryptionKeyRequest
-	(*RotateEncryptionKeyResponse)(nil), // 56: shoal.v1.RotateEncryptionKeyResponse
-	(*SnapshotChunk)(nil),               // 57: shoal.v1.SnapshotChunk
-	nil,                                 // 58: shoal.v1.ObjectMeta.LabelsEntry
-	nil,                                 // 59: shoal.v1.ObjectMeta.AnnotationsEntry
-	nil,                                 // 60: shoal.v1.SandboxSpec.EnvEntry
-	nil,                                 // 61: shoal.v1.SandboxSpec.NodeSelectorEntry
-	nil,                                 // 62: shoal.v1.Provider.CredentialsEntry
-	nil,                                 // 63: shoal.v1.Provider.ConfigEntry
-	nil,                                 // 64: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	nil,                                 // 65: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	nil,                                 // 66: shoal.v1.ExecRequest.EnvEntry
-	nil,                                 // 67: shoal.v1.Node.LabelsEntry
-	(*timestamppb.Timestamp)(nil),       // 68: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 69: google.protobuf.Duration
+	(RunState)(0),                       // 0: shoal.v1.RunState
+	(SandboxPhase)(0),                   // 1: shoal.v1.SandboxPhase
+	(ProviderType)(0),                   // 2: shoal.v1.ProviderType
+	(EventType)(0),                      // 3: shoal.v1.EventType
+	(*ObjectMeta)(nil),                  // 4: shoal.v1.ObjectMeta
+	(*Resources)(nil),                   // 5: shoal.v1.Resources
+	(*SandboxSpec)(nil),                 // 6: shoal.v1.SandboxSpec
+	(*Condition)(nil),                   // 7: shoal.v1.Condition
+	(*SandboxStatus)(nil),               // 8: shoal.v1.SandboxStatus
+	(*Sandbox)(nil),                     // 9: shoal.v1.Sandbox
+	(*Provider)(nil),                    // 10: shoal.v1.Provider
+	(*Preconditions)(nil),               // 11: shoal.v1.Preconditions
+	(*CreateSandboxRequest)(nil),        // 12: shoal.v1.CreateSandboxRequest
+	(*GetSandboxRequest)(nil),           // 13: shoal.v1.GetSandboxRequest
+	(*ListSandboxesRequest)(nil),        // 14: shoal.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 15: shoal.v1.ListSandboxesResponse
+	(*UpdateSandboxRequest)(nil),        // 16: shoal.v1.UpdateSandboxRequest
+	(*DeleteSandboxRequest)(nil),        // 17: shoal.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 18: shoal.v1.DeleteSandboxResponse
+	(*WatchSandboxesRequest)(nil),       // 19: shoal.v1.WatchSandboxesRequest
+	(*WatchEvent)(nil),                  // 20: shoal.v1.WatchEvent
+	(*ExecRequest)(nil),                 // 21: shoal.v1.ExecRequest
+	(*TerminalSize)(nil),                // 22: shoal.v1.TerminalSize
+	(*ExecInput)(nil),                   // 23: shoal.v1.ExecInput
+	(*ExecChunk)(nil),                   // 24: shoal.v1.ExecChunk
+	(*LogsRequest)(nil),                 // 25: shoal.v1.LogsRequest
+	(*LogsChunk)(nil),                   // 26: shoal.v1.LogsChunk
+	(*AttachProviderRequest)(nil),       // 27: shoal.v1.AttachProviderRequest
+	(*DetachProviderRequest)(nil),       // 28: shoal.v1.DetachProviderRequest
+	(*StopSandboxRequest)(nil),          // 29: shoal.v1.StopSandboxRequest
+	(*StartSandboxRequest)(nil),         // 30: shoal.v1.StartSandboxRequest
+	(*CreateProviderRequest)(nil),       // 31: shoal.v1.CreateProviderRequest
+	(*GetProviderRequest)(nil),          // 32: shoal.v1.GetProviderRequest
+	(*ListProvidersRequest)(nil),        // 33: shoal.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil),       // 34: shoal.v1.ListProvidersResponse
+	(*UpdateProviderRequest)(nil),       // 35: shoal.v1.UpdateProviderRequest
+	(*DeleteProviderRequest)(nil),       // 36: shoal.v1.DeleteProviderRequest
+	(*DeleteProviderResponse)(nil),      // 37: shoal.v1.DeleteProviderResponse
+	(*Node)(nil),                        // 38: shoal.v1.Node
+	(*NodeStatus)(nil),                  // 39: shoal.v1.NodeStatus
+	(*ListNodesRequest)(nil),            // 40: shoal.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 41: shoal.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),              // 42: shoal.v1.GetNodeRequest
+	(*CordonNodeRequest)(nil),           // 43: shoal.v1.CordonNodeRequest
+	(*RemoveNodeRequest)(nil),           // 44: shoal.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 45: shoal.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),            // 46: shoal.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),           // 47: shoal.v1.DrainNodeResponse
+	(*ClusterStatusRequest)(nil),        // 48: shoal.v1.ClusterStatusRequest
+	(*Member)(nil),                      // 49: shoal.v1.Member
+	(*ClusterStatus)(nil),               // 50: shoal.v1.ClusterStatus
+	(*ListMembersRequest)(nil),          // 51: shoal.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),         // 52: shoal.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),            // 53: shoal.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),           // 54: shoal.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),         // 55: shoal.v1.RemoveMemberRequest
+	(*PromoteMemberRequest)(nil),        // 56: shoal.v1.PromoteMemberRequest
+	(*SnapshotRequest)(nil),             // 57: shoal.v1.SnapshotRequest
+	(*RotateEncryptionKeyRequest)(nil),  // 58: shoal.v1.RotateEncryptionKeyRequest
+	(*RotateEncryptionKeyResponse)(nil), // 59: shoal.v1.RotateEncryptionKeyResponse
+	(*SnapshotChunk)(nil),               // 60: shoal.v1.SnapshotChunk
+	nil,                                 // 61: shoal.v1.ObjectMeta.LabelsEntry
+	nil,                                 // 62: shoal.v1.ObjectMeta.AnnotationsEntry
+	nil,                                 // 63: shoal.v1.SandboxSpec.EnvEntry
+	nil,                                 // 64: shoal.v1.SandboxSpec.NodeSelectorEntry
+	nil,                                 // 65: shoal.v1.Provider.CredentialsEntry
+	nil,                                 // 66: shoal.v1.Provider.ConfigEntry
+	nil,                                 // 67: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	nil,                                 // 68: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	nil,                                 // 69: shoal.v1.ExecRequest.EnvEntry
+	nil,                                 // 70: shoal.v1.Node.LabelsEntry
+	(*timestamppb.Timestamp)(nil),       // 71: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 72: google.protobuf.Duration
 }
 var file_shoal_v1_shoal_proto_depIdxs = []int32{
-	58, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
-	59, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
-	68, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
-	68, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	60, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
-	4,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
-	61, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
-	68, // 7: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	0,  // 8: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
-	6,  // 9: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
-	3,  // 10: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
-	5,  // 11: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
-	7,  // 12: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
-	3,  // 13: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
-	1,  // 14: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
-	62, // 15: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
-	63, // 16: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
-	8,  // 17: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
-	8,  // 18: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
-	64, // 19: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	65, // 20: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	10, // 21: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
-	8,  // 22: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
-	2,  // 23: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
-	8,  // 24: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
-	66, // 25: shoal.v1.ExecRequest.env:type_name -> shoal.v1.ExecRequest.EnvEntry
-	69, // 26: shoal.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	21, // 27: shoal.v1.ExecRequest.terminal_size:type_name -> shoal.v1.TerminalSize
-	20, // 28: shoal.v1.ExecInput.start:type_name -> shoal.v1.ExecRequest
-	21, // 29: shoal.v1.ExecInput.resize:type_name -> shoal.v1.TerminalSize
-	9,  // 30: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
-	9,  // 31: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
-	9,  // 32: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
-	10, // 33: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
-	9,  // 34: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
-	67, // 35: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
-	68, // 36: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
-	36, // 37: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
-	6,  // 38: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
-	68, // 39: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	35, // 40: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
-	35, // 41: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
-	46, // 42: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
-	68, // 43: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
-	68, // 44: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
-	46, // 45: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
-	46, // 46: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
-	11, // 47: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
-	12, // 48: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
-	13, // 49: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
-	15, // 50: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
-	16, // 51: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
-	18, // 52: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
-	20, // 53: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
-	22, // 54: shoal.v1.Shoal.ExecInteractive:input_type -> shoal.v1.ExecInput
-	24, // 55: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
-	26, // 56: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
-	27, // 57: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
-	28, // 58: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
-	29, // 59: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
-	30, // 60: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
-	32, // 61: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
-	33, // 62: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
-	37, // 63: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
-	39, // 64: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
-	40, // 65: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
-	41, // 66: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
-	43, // 67: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
-	45, // 68: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
-	48, // 69: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
-	50, // 70: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
-	52, // 71: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
-	53, // 72: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
-	54, // 73: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
-	55, // 74: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
-	8,  // 75: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
-	8,  // 76: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
-	14, // 77: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
-	8,  // 78: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
-	17, // 79: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
-	19, // 80: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	23, // 81: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
-	23, // 82: shoal.v1.Shoal.ExecInteractive:output_type -> shoal.v1.ExecChunk
-	25, // 83: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
-	8,  // 84: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
-	8,  // 85: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
-	9,  // 86: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
-	9,  // 87: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
-	31, // 88: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
-	9,  // 89: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
-	34, // 90: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
-	38, // 91: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
-	35, // 92: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
-	35, // 93: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
-	42, // 94: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
-	44, // 95: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
-	47, // 96: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
-	49, // 97: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
-	51, // 98: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
-	49, // 99: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
-	49, // 100: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
-	57, // 101: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
-	56, // 102: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
-	75, // [75:103] is the sub-list for method output_type
-	47, // [47:75] is the sub-list for method input_type
-	47, // [47:47] is the sub-list for extension type_name
-	47, // [47:47] is the sub-list for extension extendee
-	0,  // [0:47] is the sub-list for field type_name
+	61, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
+	62, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
+	71, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
+	71, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	63, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
+	5,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
+	64, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
+	0,  // 7: shoal.v1.SandboxSpec.run_state:type_name -> shoal.v1.RunState
+	72, // 8: shoal.v1.SandboxSpec.stop_grace:type_name -> google.protobuf.Duration
+	71, // 9: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,  // 10: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
+	7,  // 11: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
+	4,  // 12: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
+	6,  // 13: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
+	8,  // 14: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
+	4,  // 15: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
+	2,  // 16: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
+	65, // 17: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
+	66, // 18: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
+	9,  // 19: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
+	9,  // 20: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
+	67, // 21: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	68, // 22: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	11, // 23: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
+	9,  // 24: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
+	3,  // 25: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
+	9,  // 26: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
+	69, // 27: shoal.v1.ExecRequest.env:type_name -> shoal.v1.ExecRequest.EnvEntry
+	72, // 28: shoal.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	22, // 29: shoal.v1.ExecRequest.terminal_size:type_name -> shoal.v1.TerminalSize
+	21, // 30: shoal.v1.ExecInput.start:type_name -> shoal.v1.ExecRequest
+	22, // 31: shoal.v1.ExecInput.resize:type_name -> shoal.v1.TerminalSize
+	72, // 32: shoal.v1.StopSandboxRequest.grace:type_name -> google.protobuf.Duration
+	10, // 33: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
+	10, // 34: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
+	10, // 35: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
+	11, // 36: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
+	10, // 37: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
+	70, // 38: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
+	71, // 39: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
+	39, // 40: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
+	7,  // 41: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
+	71, // 42: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	38, // 43: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
+	38, // 44: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
+	49, // 45: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
+	71, // 46: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
+	71, // 47: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
+	49, // 48: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
+	49, // 49: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
+	12, // 50: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
+	13, // 51: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
+	14, // 52: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
+	16, // 53: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
+	17, // 54: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
+	19, // 55: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
+	21, // 56: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
+	23, // 57: shoal.v1.Shoal.ExecInteractive:input_type -> shoal.v1.ExecInput
+	25, // 58: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
+	27, // 59: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
+	28, // 60: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
+	29, // 61: shoal.v1.Shoal.StopSandbox:input_type -> shoal.v1.StopSandboxRequest
+	30, // 62: shoal.v1.Shoal.StartSandbox:input_type -> shoal.v1.StartSandboxRequest
+	31, // 63: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
+	32, // 64: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
+	33, // 65: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
+	35, // 66: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
+	36, // 67: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
+	40, // 68: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
+	42, // 69: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
+	43, // 70: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
+	44, // 71: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
+	46, // 72: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
+	48, // 73: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
+	51, // 74: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
+	53, // 75: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
+	55, // 76: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
+	56, // 77: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
+	57, // 78: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
+	58, // 79: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
+	9,  // 80: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
+	9,  // 81: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
+	15, // 82: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
+	9,  // 83: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
+	18, // 84: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
+	20, // 85: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
+	24, // 86: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
+	24, // 87: shoal.v1.Shoal.ExecInteractive:output_type -> shoal.v1.ExecChunk
+	26, // 88: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
+	9,  // 89: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
+	9,  // 90: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
+	9,  // 91: shoal.v1.Shoal.StopSandbox:output_type -> shoal.v1.Sandbox
+	9,  // 92: shoal.v1.Shoal.StartSandbox:output_type -> shoal.v1.Sandbox
+	10, // 93: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
+	10, // 94: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
+	34, // 95: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
+	10, // 96: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
+	37, // 97: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
+	41, // 98: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
+	38, // 99: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
+	38, // 100: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
+	45, // 101: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
+	47, // 102: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
+	50, // 103: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
+	52, // 104: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
+	54, // 105: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
+	52, // 106: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
+	52, // 107: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
+	60, // 108: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
+	59, // 109: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
+	80, // [80:110] is the sub-list for method output_type
+	50, // [50:80] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_shoal_v1_shoal_proto_init() }
@@ -4405,8 +4690,8 @@ func file_shoal_v1_shoal_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shoal_v1_shoal_proto_rawDesc), len(file_shoal_v1_shoal_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   65,
+			NumEnums:      4,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
