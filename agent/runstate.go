@@ -7,6 +7,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/chaosbreak"
 	"shoal/store"
 )
 
@@ -58,6 +59,14 @@ func (a *Agent) stopContainer(ctx context.Context, sb *shoalv1.Sandbox, id strin
 		grace = g.AsDuration()
 	}
 	gen := sb.GetSpec().GetRunGeneration()
+	if chaosbreak.Is("ack-before-stop") {
+		// Broken on purpose (test builds only): the stop is recorded as
+		// done and never done.
+		return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
+			s.Phase = shoalv1.SandboxPhase_STOPPED
+			observeRunState(s, sb, gen)
+		})
+	}
 	if err := a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
 		s.Phase = shoalv1.SandboxPhase_STOPPING
 		s.Message = fmt.Sprintf("stopping on request: SIGTERM, then SIGKILL after %s", grace)
