@@ -67,7 +67,9 @@ func TestStopStartThroughANonOwner(t *testing.T) {
 
 	r = run(t, bin, front, "-o", "json", "sandbox", "restart", "st", "--wait", "-t", "0").must(t, 0, "restart --wait")
 	var sb struct {
-		Spec   struct{ RunState string `json:"run_state"` }
+		Spec struct {
+			RunState string `json:"run_state"`
+		}
 		Status struct {
 			Phase                 string
 			ObservedRunGeneration string `json:"observed_run_generation"`
