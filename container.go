@@ -74,6 +74,9 @@ type ContainerState struct {
 	Error string
 	// FinishedAt is when the process last exited (zero if it never did).
 	FinishedAt time.Time
+	// StartedAt is when the process last started (zero if it never did):
+	// a start empties the container's tmpfs mounts.
+	StartedAt time.Time
 }
 
 // ContainerEvent is a lifecycle event of one of a node's containers.

@@ -337,8 +337,11 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 		CapAdd:         Capabilities,
 		ReadonlyRootfs: s.ReadOnlyRoot,
 	}
+	// The providers' credentials as files (WriteCredentialFiles): in
+	// memory, never on the host's disk.
+	host.Tmpfs = map[string]string{CredentialMount: "rw,nosuid,nodev,noexec,size=4m,mode=0755"}
 	if s.ReadOnlyRoot {
-		host.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"}
+		host.Tmpfs["/tmp"] = "rw,nosuid,nodev,size=64m"
 	}
 	resp, err := r.cli.ContainerCreate(ctx, cfg, host, nil, nil, ContainerName(s.Workspace, s.Name, s.UID))
 	if err != nil {
@@ -626,8 +629,9 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (shoal.ContainerState,
 		errText = redactAll(errText, envSecrets(ci.Config.Env))
 	}
 	finished, _ := time.Parse(time.RFC3339Nano, st.FinishedAt) // "0001-01-01T00:00:00Z" when it never exited
+	started, _ := time.Parse(time.RFC3339Nano, st.StartedAt)
 	return shoal.ContainerState{Exists: true, Running: st.Running, Paused: st.Paused, Status: string(st.Status), ExitCode: st.ExitCode, OOM: st.OOMKilled, Error: errText,
-		FinishedAt: finished}, nil
+		FinishedAt: finished, StartedAt: started}, nil
 }
 
 // execWrapper runs an exec'd command under /bin/sh, which first writes

@@ -45,6 +45,7 @@ type ctr struct {
 	shoal.Container
 	env      []string
 	cmd      []string
+	files    map[string]map[string]string // credential files: provider → key → value
 	running  bool
 	paused   bool
 	exitCode int
@@ -192,7 +193,23 @@ func (r *Runtime) Inspect(_ context.Context, id string) (shoal.ContainerState, e
 	if !ok {
 		return shoal.ContainerState{}, nil
 	}
-	return shoal.ContainerState{Exists: true, Running: c.running, Paused: c.paused, Status: c.State, ExitCode: c.exitCode}, nil
+	return shoal.ContainerState{Exists: true, Running: c.running, Paused: c.paused, Status: c.State, ExitCode: c.exitCode, StartedAt: c.started}, nil
+}
+
+// WriteCredentialFiles keeps the files in memory, as a container's tmpfs
+// would; a container that is not running refuses them.
+func (r *Runtime) WriteCredentialFiles(ctx context.Context, id string, files map[string]map[string]string) error {
+	if err := r.wait(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[id]
+	if !ok || !c.running {
+		return shoal.FailedPrecondition("container %s is not running", id)
+	}
+	c.files = files
+	return nil
 }
 
 // Events streams container events until ctx ends.
