@@ -51,6 +51,9 @@ type ContainerSpec struct {
 	// seen as ended, not running: an engine learns of an exit some 100 ms
 	// after the process is gone.
 	Settle time.Duration
+	// Created makes the container without starting it (a sandbox stopped
+	// before its container was made); Run then starts none it finds.
+	Created bool
 }
 
 // Container is what a runtime reports of one of its containers.

@@ -153,9 +153,14 @@ type Agent struct {
 
 	engine engineHealth // engine.go
 
-	// life is Start's context: what outlives one reconcile's deadline
-	// (a stop's grace, runstate.go) still ends with the agent.
-	life context.Context
+	// life is Start's context and queue: what outlives one reconcile's
+	// deadline (a stop's grace, runstate.go) still ends with the agent and
+	// queues its sandbox when it is done. bg holds those goroutines; Start
+	// waits for them.
+	life  context.Context
+	queue *workqueue.Queue[item]
+	bg    sync.WaitGroup
+	stops map[string]*stopping // sandbox uid → its stop in flight (under mu)
 }
 
 // runTimeout bounds one container create and start, which shutdown
@@ -232,7 +237,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("shoal/agent")
 	}
 	return &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{}, credFP: map[string]string{},
-		paused: map[string]bool{}, rejoined: make(chan struct{})}, nil
+		paused: map[string]bool{}, rejoined: make(chan struct{}), stops: map[string]*stopping{}}, nil
 }
 
 // Reaped is the number of orphan containers removed so far.
@@ -255,8 +260,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	a.life = ctx
+	defer a.bg.Wait() // the stops in flight, after the cancel below
 	q := workqueue.New(item.key)
+	a.life, a.queue = ctx, q
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -618,6 +624,8 @@ func (a *Agent) teardown(ctx context.Context, sb *shoalv1.Sandbox) error {
 	ctx, span := a.cfg.Tracer.Start(ctx, "agent.Teardown")
 	defer span.End()
 	defer func(start time.Time) { a.cfg.Metrics.Teardown(time.Since(start)) }(time.Now())
+	// A stop in flight is not waited out: the removal kills the container.
+	a.cancelStop(sb.Meta.Uid)
 	if err := a.cfg.Runtime.Remove(ctx, sb.Meta.Uid); err != nil {
 		return err
 	}
@@ -671,11 +679,13 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	// started. Shutdown waits for the call instead (bounded).
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runTimeout)
 	defer cancel()
+	// A sandbox stopped before its container was made gets one that
+	// never ran (start runs it).
 	id, err := a.cfg.Runtime.Run(rctx, shoal.ContainerSpec{
 		UID: sb.Meta.Uid, Name: sb.Meta.Name, Workspace: sb.Meta.Workspace,
 		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets,
 		CPUMillis: cpu, MemoryBytes: mem, PidsLimit: a.cfg.Limits.Pids, ReadOnlyRoot: spec.GetReadOnlyRoot(),
-		Settle: settle,
+		Settle: settle, Created: wantStopped(sb),
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -718,10 +728,18 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	if err != nil {
 		return err
 	}
+	// The credential files are there before the sandbox is READY.
+	if err := a.syncCredentialFiles(ctx, sb, id, state); err != nil {
+		a.log.Warn("credential files not written; will retry", "sandbox", sb.Meta.Name, "err", err)
+	}
+	gen := spec.GetRunGeneration()
 	if err := a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 		st.ContainerId = id
 		store.SetCondition(st, "Provisioned", "True", "ContainerStarted", "")
 		observe(st, id, state)
+		if wantStopped(sb) {
+			observeRunState(st, sb, gen, state)
+		}
 	}); err != nil {
 		return err
 	}
@@ -800,6 +818,10 @@ func (a *Agent) syncStatus(ctx context.Context, sb *shoalv1.Sandbox) error {
 		return err
 	}
 	switch {
+	case !wantStopped(sb) && a.stopInFlight(sb.Meta.Uid):
+		// A start during a stop: it waits for the stop to end (which
+		// queues the sandbox), then starts the container again.
+		return nil
 	case wantStopped(sb) && st.Running:
 		return a.stopContainer(ctx, sb, id)
 	case !wantStopped(sb) && runStatePending(sb) && st.Exists && !st.Running:
@@ -811,12 +833,13 @@ func (a *Agent) syncStatus(ctx context.Context, sb *shoalv1.Sandbox) error {
 	}
 	return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
 		observe(s, id, st)
-		observeRunState(s, sb, gen)
+		observeRunState(s, sb, gen, st)
 		if s.Phase == shoalv1.SandboxPhase_STOPPED && !wantStopped(sb) {
 			if by, since := a.stoppedByOutage(st); by {
 				s.Message = fmt.Sprintf("container stopped with code %d when its engine went down or restarted (it last answered at %s), not necessarily by its command: start it again with `shoal sandbox start`",
 					st.ExitCode, since.UTC().Format(time.RFC3339))
 				store.SetCondition(s, "ContainerPresent", "True", "StoppedByEngine", s.Message)
+				store.SetCondition(s, ConditionStopped, "True", "StoppedByEngine", s.Message)
 			}
 		}
 	})

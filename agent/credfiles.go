@@ -89,6 +89,14 @@ func (a *Agent) syncCredentialFiles(ctx context.Context, sb *shoalv1.Sandbox, id
 	}
 	fp := fingerprint(files, st.StartedAt)
 	uid := sb.Meta.Uid
+	if len(files) == 0 && condition(sb.GetStatus(), ConditionCredentialFiles) == nil {
+		// No provider, and none ever written: nothing to write or remove
+		// (an exec saved on every create and start of such a sandbox).
+		a.mu.Lock()
+		a.credFP[uid] = fp
+		a.mu.Unlock()
+		return nil
+	}
 	a.mu.Lock()
 	same := a.credFP[uid] == fp
 	a.mu.Unlock()

@@ -50,21 +50,42 @@ func runStatePending(sb *shoalv1.Sandbox) bool {
 	return sb.GetStatus().GetObservedRunGeneration() < sb.GetSpec().GetRunGeneration()
 }
 
-// stopContainer stops the sandbox's running container on request.
+// stopping is a stop in flight: the request's generation and how to
+// cut it short.
+type stopping struct {
+	gen    int64
+	cancel context.CancelFunc
+}
+
+// stopContainer stops the sandbox's running container on request. The
+// stop itself (its grace may be an hour) runs in a goroutine of the
+// agent's own, not in the queue's worker, so that it holds up nothing
+// else: the sandbox is queued again when it is done, and that reconcile
+// records STOPPED. A newer request (a shorter grace) cuts it short and
+// stops again; a deletion cancels it and removes the container; a start
+// waits for it to end.
 func (a *Agent) stopContainer(ctx context.Context, sb *shoalv1.Sandbox, id string) error {
-	ctx, span := a.cfg.Tracer.Start(ctx, "agent.Stop")
-	defer span.End()
-	grace := DefaultStopGrace
+	gen := sb.GetSpec().GetRunGeneration()
+	uid := sb.Meta.Uid
+	a.mu.Lock()
+	if cur := a.stops[uid]; cur != nil {
+		if cur.gen >= gen {
+			a.mu.Unlock()
+			return nil // in flight for this request already
+		}
+		cur.cancel() // a newer request: stop again with its grace
+	}
+	a.mu.Unlock()
+	grace := shoal.DefaultStopGrace
 	if g := sb.GetSpec().GetStopGrace(); g != nil {
 		grace = g.AsDuration()
 	}
-	gen := sb.GetSpec().GetRunGeneration()
 	if chaosbreak.Is("ack-before-stop") {
 		// Broken on purpose (test builds only): the stop is recorded as
 		// done and never done.
 		return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
 			s.Phase = shoalv1.SandboxPhase_STOPPED
-			observeRunState(s, sb, gen)
+			observeRunState(s, sb, gen, shoal.ContainerState{})
 		})
 	}
 	if err := a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
@@ -73,26 +94,52 @@ func (a *Agent) stopContainer(ctx context.Context, sb *shoalv1.Sandbox, id strin
 	}); err != nil {
 		return err
 	}
-	// A grace may be longer than one reconcile's deadline: the stop is
-	// bounded by its grace instead, and ends with the agent (a stop cut
-	// short is issued again by the next sync while the container runs).
-	life := a.life
-	if life == nil {
-		life = ctx
+	life, q := a.life, a.queue
+	if life == nil { // not started by Start (tests of one reconcile)
+		return a.cfg.Runtime.Stop(ctx, id, grace)
 	}
 	sctx, cancel := context.WithTimeout(life, grace+runTimeout)
-	defer cancel()
-	if err := a.cfg.Runtime.Stop(sctx, id, grace); err != nil && shoal.KindOf(err) != shoal.KindNotFound {
-		return fmt.Errorf("stop %s: %w", sb.Meta.Name, err)
-	}
-	st, err := a.cfg.Runtime.Inspect(ctx, id)
-	if err != nil {
-		return err
-	}
-	return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
-		observe(s, id, st)
-		observeRunState(s, sb, gen)
+	me := &stopping{gen: gen, cancel: cancel}
+	a.mu.Lock()
+	a.stops[uid] = me
+	a.mu.Unlock()
+	it := item{sb.Meta.Workspace, sb.Meta.Name}
+	a.bg.Go(func() {
+		defer cancel()
+		_, span := a.cfg.Tracer.Start(sctx, "agent.Stop")
+		err := a.cfg.Runtime.Stop(sctx, id, grace)
+		span.End()
+		a.mu.Lock()
+		if a.stops[uid] == me {
+			delete(a.stops, uid)
+		}
+		a.mu.Unlock()
+		if err != nil && sctx.Err() == nil && shoal.KindOf(err) != shoal.KindNotFound {
+			a.log.Warn("stop failed; will retry", "sandbox", it.key(), "err", err)
+		}
+		if life.Err() == nil {
+			q.Add(it) // records STOPPED, or stops again
+		}
 	})
+	return nil
+}
+
+// stopInFlight reports whether a stop of the sandbox is under way.
+func (a *Agent) stopInFlight(uid string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stops[uid] != nil
+}
+
+// cancelStop cuts a stop in flight short (a deletion removes the
+// container instead).
+func (a *Agent) cancelStop(uid string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if cur := a.stops[uid]; cur != nil {
+		cur.cancel()
+		delete(a.stops, uid)
+	}
 }
 
 // startContainer starts the sandbox's stopped container on request.
@@ -120,6 +167,11 @@ func (a *Agent) startContainer(ctx context.Context, sb *shoalv1.Sandbox, id stri
 	if ierr != nil {
 		return ierr
 	}
+	// The container's tmpfs is empty after a start: the credential files
+	// are written again before the sandbox is READY.
+	if err := a.syncCredentialFiles(ctx, sb, id, st); err != nil {
+		a.log.Warn("credential files not written; will retry", "sandbox", sb.Meta.Name, "err", err)
+	}
 	return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
 		observe(s, id, st)
 		if err != nil && st.Exists && s.Phase != shoalv1.SandboxPhase_ERROR {
@@ -129,19 +181,22 @@ func (a *Agent) startContainer(ctx context.Context, sb *shoalv1.Sandbox, id stri
 			s.Message = err.Error()
 			store.SetCondition(s, "ContainerPresent", "True", "StartFailed", s.Message)
 		}
-		observeRunState(s, sb, gen)
+		observeRunState(s, sb, gen, st)
 	})
 }
 
 // observeRunState records, with a status write made from what the engine
-// says, that the agent acted on generation gen of the run state read in
-// sb, and why a stopped container is stopped.
-func observeRunState(s *shoalv1.SandboxStatus, sb *shoalv1.Sandbox, gen int64) {
+// says (st), that the agent acted on generation gen of the run state read
+// in sb, and why a stopped container is stopped.
+func observeRunState(s *shoalv1.SandboxStatus, sb *shoalv1.Sandbox, gen int64, st shoal.ContainerState) {
 	s.ObservedRunGeneration = max(s.ObservedRunGeneration, gen)
 	switch s.Phase {
 	case shoalv1.SandboxPhase_STOPPED:
 		if wantStopped(sb) {
 			s.Message = fmt.Sprintf("stopped on request (shoal sandbox stop); its command exited with code %d", s.ExitCode)
+			if st.Exists && st.StartedAt.IsZero() {
+				s.Message = "stopped on request (shoal sandbox stop) before its container first started; start runs it"
+			}
 			store.SetCondition(s, ConditionStopped, "True", "StopRequested", s.Message)
 		} else {
 			store.SetCondition(s, ConditionStopped, "True", "CommandExited", s.Message)

@@ -3,7 +3,6 @@ package apiserver
 import (
 	"context"
 	"errors"
-	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -29,10 +28,6 @@ import (
 // start of one in phase ERROR is refused (FAILED_PRECONDITION): what
 // failed would fail again, it is deleted and created anew.
 
-// DefaultStopGrace is the wait between SIGTERM and SIGKILL of a stop that
-// names none (docker stop's).
-const DefaultStopGrace = 10 * time.Second
-
 func (s *Server) StopSandbox(ctx context.Context, req *shoalv1.StopSandboxRequest) (*shoalv1.Sandbox, error) {
 	if err := validateRef(req.Workspace, req.Name); err != nil {
 		return nil, err
@@ -48,15 +43,23 @@ func (s *Server) StopSandbox(ctx context.Context, req *shoalv1.StopSandboxReques
 	sb, err := s.cfg.Store.UpdateSandbox(ctx, ws(req.Workspace), req.Name, store.Preconditions{ResourceVersion: req.ResourceVersion},
 		func(sb *shoalv1.Sandbox) error {
 			spec := specOf(sb)
+			grace := durationpb.New(shoal.DefaultStopGrace)
+			if req.Grace != nil {
+				grace = req.Grace
+			}
 			if spec.RunState == shoalv1.RunState_RUN_STATE_STOPPED {
-				return nil // stopped or being stopped already
+				// Stopped, or being stopped: a shorter grace cuts a stop
+				// in progress short (a second docker stop -t 0 does).
+				stopping := sb.GetStatus().GetPhase() == shoalv1.SandboxPhase_STOPPING || !sb.RunStateReached()
+				if stopping && req.Grace != nil && grace.AsDuration() < spec.GetStopGrace().AsDuration() {
+					spec.StopGrace = grace
+					spec.RunGeneration++
+				}
+				return nil
 			}
 			spec.RunState = shoalv1.RunState_RUN_STATE_STOPPED
 			spec.RunGeneration++
-			spec.StopGrace = req.Grace
-			if spec.StopGrace == nil {
-				spec.StopGrace = durationpb.New(DefaultStopGrace)
-			}
+			spec.StopGrace = grace
 			return nil
 		})
 	if err != nil || !req.Wait {
@@ -72,6 +75,9 @@ func (s *Server) StartSandbox(ctx context.Context, req *shoalv1.StartSandboxRequ
 	if err := validVersion("resource_version", req.ResourceVersion); err != nil {
 		return nil, err
 	}
+	if err := validVersion("run_generation", req.RunGeneration); err != nil {
+		return nil, err
+	}
 	sb, err := s.cfg.Store.UpdateSandbox(ctx, ws(req.Workspace), req.Name, store.Preconditions{ResourceVersion: req.ResourceVersion},
 		func(sb *shoalv1.Sandbox) error {
 			spec := specOf(sb)
@@ -84,6 +90,10 @@ func (s *Server) StartSandbox(ctx context.Context, req *shoalv1.StartSandboxRequ
 			}
 			if running && sb.GetStatus().GetObservedRunGeneration() < spec.RunGeneration {
 				return nil // a start not yet acted on
+			}
+			if req.RunGeneration != 0 && spec.RunGeneration != req.RunGeneration {
+				return shoal.FailedPrecondition("sandbox %q had another stop or start meanwhile (run generation %d, not %d); it is left as that request made it",
+					req.Name, spec.RunGeneration, req.RunGeneration)
 			}
 			spec.RunState = shoalv1.RunState_RUN_STATE_RUNNING
 			spec.RunGeneration++
@@ -102,26 +112,11 @@ func specOf(sb *shoalv1.Sandbox) *shoalv1.SandboxSpec {
 	return sb.Spec
 }
 
-// RunStateReached says whether the owning agent has acted on the
-// sandbox's last stop or start request: it observed that request's
-// generation and the phase is not STOPPING or STARTING.
-func RunStateReached(sb *shoalv1.Sandbox) bool {
-	st := sb.GetStatus()
-	if st.GetObservedRunGeneration() < sb.GetSpec().GetRunGeneration() {
-		return false
-	}
-	switch st.GetPhase() {
-	case shoalv1.SandboxPhase_STOPPING, shoalv1.SandboxPhase_STARTING:
-		return false
-	}
-	return true
-}
-
 // waitRunState follows the sandbox from the revision of the request's
-// write until the agent has acted on it (RunStateReached), the sandbox is
+// write until the agent has acted on it (Sandbox.RunStateReached), the sandbox is
 // deleted, or ctx ends.
 func (s *Server) waitRunState(ctx context.Context, sb *shoalv1.Sandbox, what string) (*shoalv1.Sandbox, error) {
-	if RunStateReached(sb) {
+	if sb.RunStateReached() {
 		return sb, nil
 	}
 	m := sb.Meta
@@ -139,7 +134,7 @@ func (s *Server) waitRunState(ctx context.Context, sb *shoalv1.Sandbox, what str
 		if cur.Meta.DeletionTimestamp != nil {
 			return nil, shoal.FailedPrecondition("sandbox %q is being deleted", m.Name)
 		}
-		if RunStateReached(cur) {
+		if cur.RunStateReached() {
 			return cur, nil
 		}
 	}

@@ -221,3 +221,126 @@ func TestStartRunsAnExitedCommandAgain(t *testing.T) {
 		}
 	}
 }
+
+// A stop's grace (up to an hour) holds nothing up: a second stop with a
+// shorter grace cuts it short, a delete does not wait for it, a start
+// waits only for the stop to end; the agent's other work goes on. The
+// command ignores SIGTERM, so each stop would last its whole grace.
+func TestLongStopsHoldNothingUp(t *testing.T) {
+	dc := testenv.RequireDocker(t)
+	n := testenv.StartNode(t, testenv.NodeConfig(t))
+	ctx := ctxT(t, 3*time.Minute)
+	c := n.Client
+	deaf := []string{"sh", "-c", "trap '' TERM; echo up; while :; do sleep 1; done"}
+	create := func(name string) *shoalv1.Sandbox {
+		t.Helper()
+		sb, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
+			Meta: &shoalv1.ObjectMeta{Name: name}, Spec: &shoalv1.SandboxSpec{Command: deaf}}})
+		if err != nil || sb.Status.Phase != shoalv1.SandboxPhase_READY {
+			t.Fatalf("create %s: %v %v", name, err, sb.GetStatus().GetPhase())
+		}
+		return sb
+	}
+	hour := durationpb.New(time.Hour)
+	// Each wait below must end long before the hour's grace: a minute.
+	within := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, time.Minute) }
+
+	// A shorter grace cuts a stop in progress short.
+	create("a")
+	if _, err := c.StopSandbox(ctx, &shoalv1.StopSandboxRequest{Name: "a", Grace: hour}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "a STOPPING", func() (bool, error) {
+		sb, err := c.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "a"})
+		return sb.GetStatus().GetPhase() == shoalv1.SandboxPhase_STOPPING, err
+	})
+	wctx, cancel := within()
+	sb, err := c.StopSandbox(wctx, &shoalv1.StopSandboxRequest{Name: "a", Grace: durationpb.New(0), Wait: true})
+	cancel()
+	if err != nil || sb.Status.Phase != shoalv1.SandboxPhase_STOPPED || sb.Status.ExitCode != 137 {
+		t.Fatalf("a stop with grace 0 during a stop with grace 1h: %v %v code %d", err, sb.GetStatus().GetPhase(), sb.GetStatus().GetExitCode())
+	}
+
+	// Meanwhile the node does other work: a sandbox is created and
+	// deleted while b's stop waits out its grace.
+	create("b")
+	if _, err := c.StopSandbox(ctx, &shoalv1.StopSandboxRequest{Name: "b", Grace: hour}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel = within()
+	other, err := c.CreateSandbox(wctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "other"}}})
+	cancel()
+	if err != nil || other.Status.Phase != shoalv1.SandboxPhase_READY {
+		t.Fatalf("create during a long stop: %v %v", err, other.GetStatus().GetPhase())
+	}
+	// A delete does not wait for the stop.
+	bsb, err := c.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel = within()
+	_, err = c.DeleteSandbox(wctx, &shoalv1.DeleteSandboxRequest{Name: "b", Wait: true})
+	cancel()
+	if err != nil {
+		t.Fatalf("delete during a stop with grace 1h: %v", err)
+	}
+	if _, err := dc.ContainerInspect(ctx, bsb.Status.ContainerId); err == nil {
+		t.Fatal("b's container outlived its deletion")
+	}
+
+	// A start during a stop waits for the stop to end, then starts the
+	// same container again.
+	d := create("d")
+	if _, err := c.StopSandbox(ctx, &shoalv1.StopSandboxRequest{Name: "d", Grace: durationpb.New(3 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel = within()
+	started, err := c.StartSandbox(wctx, &shoalv1.StartSandboxRequest{Name: "d", Wait: true})
+	cancel()
+	if err != nil || started.Status.Phase != shoalv1.SandboxPhase_READY || started.Status.ContainerId != d.Status.ContainerId ||
+		!containerRunning(t, ctx, dc, d.Status.ContainerId) {
+		t.Fatalf("start during a stop: %v %v", err, started.GetStatus().GetPhase())
+	}
+}
+
+// A sandbox stopped before its container was made gets a container that
+// never ran: STOPPED, saying so, until a start runs it. Restart's start
+// applies only at the run generation its stop returned, whatever labels
+// were written in between.
+func TestStoppedBeforeItsContainer(t *testing.T) {
+	dc := testenv.RequireDocker(t)
+	n := testenv.StartNode(t, testenv.NodeConfig(t))
+	ctx := ctxT(t, 3*time.Minute)
+	c := n.Client
+	// Written to the store as a stop landing before the agent provisions
+	// would leave it (the API refuses a run state at create).
+	if _, err := n.Store().CreateSandbox(ctx, &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "early"},
+		Spec: &shoalv1.SandboxSpec{Image: "shoal/sandbox:dev", Node: n.Config.ID, RunState: shoalv1.RunState_RUN_STATE_STOPPED, RunGeneration: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	var sb *shoalv1.Sandbox
+	testenv.Eventually(t, 30*time.Second, "the early-stopped sandbox STOPPED", func() (bool, error) {
+		var err error
+		sb, err = c.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "early"})
+		return err == nil && sb.Status.Phase == shoalv1.SandboxPhase_STOPPED && sb.RunStateReached(), err
+	})
+	if !strings.Contains(sb.Status.Message, "before its container first started") {
+		t.Fatalf("message %q", sb.Status.Message)
+	}
+	ci, err := dc.ContainerInspect(ctx, sb.Status.ContainerId)
+	if err != nil || ci.State.Status != "created" {
+		t.Fatalf("the container of a sandbox stopped before it was made: %v %v", err, ci.State)
+	}
+	// A label between the stop and the start does not stop the start;
+	// another run state request does.
+	if _, err := c.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: "early", SetLabels: map[string]string{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartSandbox(ctx, &shoalv1.StartSandboxRequest{Name: "early", RunGeneration: sb.Spec.RunGeneration + 1}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("start at another run generation: %v", err)
+	}
+	started, err := c.StartSandbox(ctx, &shoalv1.StartSandboxRequest{Name: "early", Wait: true, RunGeneration: sb.Spec.RunGeneration})
+	if err != nil || started.Status.Phase != shoalv1.SandboxPhase_READY || started.Status.ContainerId != sb.Status.ContainerId {
+		t.Fatalf("start of a never-started container: %v %v", err, started.GetStatus().GetPhase())
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/distribution/reference"
@@ -287,15 +286,12 @@ func validateSandbox(sb *shoalv1.Sandbox) error {
 	return validBytes("sandbox.spec", spec, MaxSpecBytes)
 }
 
-// MaxStopGrace bounds a stop's grace between SIGTERM and SIGKILL.
-const MaxStopGrace = time.Hour
-
 func validGrace(field string, d *durationpb.Duration) error {
 	if err := d.CheckValid(); err != nil {
 		return shoal.Invalid(field, "is not a duration: %v", err)
 	}
-	if g := d.AsDuration(); g < 0 || g > MaxStopGrace {
-		return shoal.Invalid(field, "%s is out of range: 0 (SIGKILL at once) to %s", g, MaxStopGrace)
+	if g := d.AsDuration(); g < 0 || g > shoal.MaxStopGrace {
+		return shoal.Invalid(field, "%s is out of range: 0 (SIGKILL at once) to %s", g, shoal.MaxStopGrace)
 	}
 	return nil
 }

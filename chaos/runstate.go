@@ -31,8 +31,7 @@ const invStoppedStays = "15-stopped-stays-stopped"
 // stoppedAcked reports whether sb's stop is acknowledged.
 func stoppedAcked(sb *shoalv1.Sandbox) bool {
 	return sb.GetSpec().GetRunState() == shoalv1.RunState_RUN_STATE_STOPPED &&
-		sb.GetStatus().GetPhase() == shoalv1.SandboxPhase_STOPPED &&
-		sb.GetStatus().GetObservedRunGeneration() >= sb.GetSpec().GetRunGeneration()
+		sb.GetStatus().GetPhase() == shoalv1.SandboxPhase_STOPPED && sb.RunStateReached()
 }
 
 // runStateSettling says why a sandbox's run state is not settled, or "".

@@ -2,11 +2,13 @@ package cli
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/urfave/cli/v2"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
 )
 
@@ -35,7 +37,7 @@ condition Stopped (reason StopRequested).
 
 ` + runStateHelp + "\n\n" + multiNameHelp,
 		Flags: []cli.Flag{
-			&cli.DurationFlag{Name: "grace", Aliases: []string{"t"}, Value: 10 * time.Second, Usage: "wait `DURATION` between SIGTERM and SIGKILL (at most 1h)"},
+			&cli.StringFlag{Name: "grace", Aliases: []string{"t"}, Value: "10s", Usage: "wait `DURATION` between SIGTERM and SIGKILL (at most 1h; a bare number is seconds, as docker stop -t)"},
 			&cli.BoolFlag{Name: "wait", Usage: "return when the sandbox is STOPPED"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up waiting after `DURATION`"},
 			&cli.Int64Flag{Name: "if-version", Usage: "stop only at this resource `VERSION`"},
@@ -44,8 +46,9 @@ condition Stopped (reason StopRequested).
 			if c.IsSet("if-version") && c.NArg() > 1 {
 				return usageError("--if-version applies to one sandbox; give one NAME per command")
 			}
-			if g := c.Duration("grace"); g < 0 || g > time.Hour {
-				return usageError("--grace: %s is out of range: 0 (SIGKILL at once) to 1h", g)
+			grace, err := graceFlag(c)
+			if err != nil {
+				return err
 			}
 			return a.forEachName(c, "sandbox", func(api shoalv1.ShoalClient, name string) error {
 				return a.runState(c, name, true, func() (*shoalv1.Sandbox, error) {
@@ -53,7 +56,7 @@ condition Stopped (reason StopRequested).
 					defer cancel()
 					return api.StopSandbox(ctx, &shoalv1.StopSandboxRequest{
 						Workspace: a.workspace, Name: name, Wait: c.Bool("wait"),
-						Grace: durationpb.New(c.Duration("grace")), ResourceVersion: c.Int64("if-version"),
+						Grace: durationpb.New(grace), ResourceVersion: c.Int64("if-version"),
 					})
 				})
 			})
@@ -109,34 +112,53 @@ are kept; the container's environment is the one it was created with.
 
 ` + runStateHelp + "\n\n" + multiNameHelp,
 		Flags: []cli.Flag{
-			&cli.DurationFlag{Name: "grace", Aliases: []string{"t"}, Value: 10 * time.Second, Usage: "wait `DURATION` between SIGTERM and SIGKILL (at most 1h)"},
+			&cli.StringFlag{Name: "grace", Aliases: []string{"t"}, Value: "10s", Usage: "wait `DURATION` between SIGTERM and SIGKILL (at most 1h; a bare number is seconds, as docker stop -t)"},
 			&cli.BoolFlag{Name: "wait", Usage: "return when the sandbox is READY again, or has stopped or failed first"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * time.Minute, Usage: "give up waiting after `DURATION` (the stop and the start together)"},
 		},
 		Action: func(c *cli.Context) error {
-			if g := c.Duration("grace"); g < 0 || g > time.Hour {
-				return usageError("--grace: %s is out of range: 0 (SIGKILL at once) to 1h", g)
+			grace, err := graceFlag(c)
+			if err != nil {
+				return err
 			}
 			return a.forEachName(c, "sandbox", func(api shoalv1.ShoalClient, name string) error {
 				ctx, cancel := a.timeoutCtx(c)
 				defer cancel()
 				sb, err := api.StopSandbox(ctx, &shoalv1.StopSandboxRequest{
-					Workspace: a.workspace, Name: name, Wait: true, Grace: durationpb.New(c.Duration("grace")),
+					Workspace: a.workspace, Name: name, Wait: true, Grace: durationpb.New(grace),
 				})
 				if err != nil {
 					return err
 				}
-				// Start only what this stop stopped: a start at the
-				// version the stop returned, so that a stop someone else
-				// requested meanwhile is not undone behind their back.
+				// Start only what this stop stopped: a start at the run
+				// generation the stop returned, so that another stop or
+				// start meanwhile is not undone behind its back (a label
+				// written meanwhile changes nothing).
 				return a.runState(c, name, false, func() (*shoalv1.Sandbox, error) {
 					return api.StartSandbox(ctx, &shoalv1.StartSandboxRequest{
-						Workspace: a.workspace, Name: name, Wait: c.Bool("wait"), ResourceVersion: sb.GetMeta().GetResourceVersion(),
+						Workspace: a.workspace, Name: name, Wait: c.Bool("wait"), RunGeneration: sb.GetSpec().GetRunGeneration(),
 					})
 				})
 			})
 		},
 	}
+}
+
+// graceFlag is --grace: a duration, or a bare number of seconds (docker
+// stop -t's habit), from 0 to shoal.MaxStopGrace.
+func graceFlag(c *cli.Context) (time.Duration, error) {
+	v := c.String("grace")
+	g, err := time.ParseDuration(v)
+	if n, nerr := strconv.Atoi(v); nerr == nil {
+		g, err = time.Duration(n)*time.Second, nil
+	}
+	if err != nil {
+		return 0, usageError("--grace: %q is not a duration (10s, 1m) or a number of seconds", v)
+	}
+	if g < 0 || g > shoal.MaxStopGrace {
+		return 0, usageError("--grace: %s is out of range: 0 (SIGKILL at once) to %s", g, shoal.MaxStopGrace)
+	}
+	return g, nil
 }
 
 // runState makes one stop or start call and prints its outcome: the
@@ -174,7 +196,12 @@ func (a *app) runState(c *cli.Context, name string, stop bool, call func() (*sho
 
 func runStateLine(sb *shoalv1.Sandbox, stop, wait bool) string {
 	st := sb.GetStatus()
+	done := sb.RunStateReached()
 	switch {
+	case !wait && stop && done && st.GetPhase() == shoalv1.SandboxPhase_STOPPED:
+		return "already stopped"
+	case !wait && !stop && done && st.GetPhase() == shoalv1.SandboxPhase_READY:
+		return "already running"
 	case !wait && stop:
 		return "stopping"
 	case !wait:

@@ -38,6 +38,9 @@ func TestStopStartThroughANonOwner(t *testing.T) {
 	}
 	// Flags before the name; a second stop is a no-op that succeeds.
 	run(t, bin, front, "sandbox", "stop", "--wait", "st").must(t, 0, "stop of a stopped sandbox")
+	if r := run(t, bin, front, "sandbox", "stop", "-t", "5", "st").must(t, 0, "stop -t 5 of a stopped sandbox"); r.stdout != "sandbox st already stopped\n" {
+		t.Fatalf("stop of a stopped sandbox printed %q", r.stdout)
+	}
 
 	// Self-fencing and node loss never start it.
 	c.CutOff(1)
@@ -63,7 +66,9 @@ func TestStopStartThroughANonOwner(t *testing.T) {
 	if r.stdout != "kept\n" {
 		t.Fatalf("the file after stop and start: %q", r.stdout)
 	}
-	run(t, bin, front, "sandbox", "start", "st").must(t, 0, "start of a READY sandbox")
+	if r := run(t, bin, front, "sandbox", "start", "st").must(t, 0, "start of a READY sandbox"); r.stdout != "sandbox st already running\n" {
+		t.Fatalf("start of a READY sandbox printed %q", r.stdout)
+	}
 
 	r = run(t, bin, front, "-o", "json", "sandbox", "restart", "st", "--wait", "-t", "0").must(t, 0, "restart --wait")
 	var sb struct {
@@ -90,6 +95,7 @@ func TestStopStartThroughANonOwner(t *testing.T) {
 	for _, args := range [][]string{
 		{"sandbox", "stop", "st", "--grace", "-1s"},
 		{"sandbox", "stop", "st", "--grace", "2h"},
+		{"sandbox", "stop", "st", "-t", "ten"},
 		{"sandbox", "stop", "st", "job", "--if-version", "3"},
 		{"sandbox", "start"},
 	} {

@@ -36,6 +36,7 @@ m=` + CredentialMount + `
 grep -q " $m tmpfs " /proc/mounts || exit 3
 umask 022
 new=$(mktemp -d "$m/..data.XXXXXX")
+trap 'rm -rf "$new"' EXIT
 tar -x -C "$new" -f -
 chmod -R a-w,a+rX "$new"
 chmod 0755 "$new"
@@ -43,6 +44,7 @@ old=$(readlink "$m/providers" 2>/dev/null || true)
 rm -f "$m/..link"
 ln -s "$(basename "$new")" "$m/..link"
 mv -Tf "$m/..link" "$m/providers"
+trap - EXIT
 if [ -n "$old" ] && [ "$old" != "$(basename "$new")" ]; then rm -rf "$m/$old"; fi
 `
 

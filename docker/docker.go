@@ -284,7 +284,7 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 		if c.Node != r.node {
 			continue
 		}
-		if c.State == "created" {
+		if c.State == "created" && !s.Created {
 			if err := r.start(ctx, c.ID); err != nil {
 				return c.ID, err
 			}
@@ -339,7 +339,10 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 	}
 	// The providers' credentials as files (WriteCredentialFiles): in
 	// memory, never on the host's disk.
-	host.Tmpfs = map[string]string{CredentialMount: "rw,nosuid,nodev,noexec,size=4m,mode=0755"}
+	// The size is a cap (pages are used as files are written): two full
+	// sets of the most credentials the API lets a sandbox have (each
+	// file takes at least a page), the old and the new during a swap.
+	host.Tmpfs = map[string]string{CredentialMount: "rw,nosuid,nodev,noexec,size=32m,mode=0755"}
 	if s.ReadOnlyRoot {
 		host.Tmpfs["/tmp"] = "rw,nosuid,nodev,size=64m"
 	}
@@ -354,6 +357,9 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 			return "", shoal.FailedPrecondition("Docker refused the container: %s", daemonText(err))
 		}
 		return "", fmt.Errorf("create container: %w", err)
+	}
+	if s.Created {
+		return resp.ID, nil
 	}
 	if err := r.start(ctx, resp.ID); err != nil {
 		return resp.ID, err

@@ -114,6 +114,11 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (string, error
 	r.mu.Lock()
 	r.containers[c.ID] = c
 	r.emitLocked(shoal.ContainerEvent{Action: "create", ID: c.ID, UID: c.UID})
+	if s.Created {
+		c.running, c.State, c.started = false, "created", time.Time{}
+		r.mu.Unlock()
+		return c.ID, nil
+	}
 	r.emitLocked(shoal.ContainerEvent{Action: "start", ID: c.ID, UID: c.UID})
 	if exits {
 		c.running, c.State, c.exitCode = false, "exited", code

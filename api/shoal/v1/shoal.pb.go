@@ -2155,7 +2155,9 @@ type StopSandboxRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	// Between SIGTERM and SIGKILL; unset: 10s. At most 1h.
+	// Between SIGTERM and SIGKILL; unset: 10s. At most 1h. A stop of a
+	// sandbox being stopped with a longer grace shortens it (as a second
+	// docker stop -t 0 does).
 	Grace           *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
 	Wait            bool                 `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
 	ResourceVersion int64                `protobuf:"varint,5,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
@@ -2234,8 +2236,12 @@ type StartSandboxRequest struct {
 	Name            string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Wait            bool                   `protobuf:"varint,3,opt,name=wait,proto3" json:"wait,omitempty"`
 	ResourceVersion int64                  `protobuf:"varint,4,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Apply only while spec.run_generation is this (0: no precondition):
+	// shoal sandbox restart starts only what its own stop stopped, whatever
+	// else (a label) was written in between.
+	RunGeneration int64 `protobuf:"varint,5,opt,name=run_generation,json=runGeneration,proto3" json:"run_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartSandboxRequest) Reset() {
@@ -2292,6 +2298,13 @@ func (x *StartSandboxRequest) GetWait() bool {
 func (x *StartSandboxRequest) GetResourceVersion() int64 {
 	if x != nil {
 		return x.ResourceVersion
+	}
+	return 0
+}
+
+func (x *StartSandboxRequest) GetRunGeneration() int64 {
+	if x != nil {
+		return x.RunGeneration
 	}
 	return 0
 }
@@ -4268,12 +4281,13 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12/\n" +
 	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\x12\x12\n" +
 	"\x04wait\x18\x04 \x01(\bR\x04wait\x12)\n" +
-	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion\"\x86\x01\n" +
+	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion\"\xad\x01\n" +
 	"\x13StartSandboxRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04wait\x18\x03 \x01(\bR\x04wait\x12)\n" +
-	"\x10resource_version\x18\x04 \x01(\x03R\x0fresourceVersion\"G\n" +
+	"\x10resource_version\x18\x04 \x01(\x03R\x0fresourceVersion\x12%\n" +
+	"\x0erun_generation\x18\x05 \x01(\x03R\rrunGeneration\"G\n" +
 	"\x15CreateProviderRequest\x12.\n" +
 	"\bprovider\x18\x01 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"F\n" +
 	"\x12GetProviderRequest\x12\x1c\n" +
