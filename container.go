@@ -51,6 +51,9 @@ type ContainerSpec struct {
 	// seen as ended, not running: an engine learns of an exit some 100 ms
 	// after the process is gone.
 	Settle time.Duration
+	// Created makes the container without starting it (a sandbox stopped
+	// before its container was made); Run then starts none it finds.
+	Created bool
 }
 
 // Container is what a runtime reports of one of its containers.
@@ -74,6 +77,9 @@ type ContainerState struct {
 	Error string
 	// FinishedAt is when the process last exited (zero if it never did).
 	FinishedAt time.Time
+	// StartedAt is when the process last started (zero if it never did):
+	// a start empties the container's tmpfs mounts.
+	StartedAt time.Time
 }
 
 // ContainerEvent is a lifecycle event of one of a node's containers.

@@ -1,6 +1,9 @@
 package shoal
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // The API's limits that a client must know as well as the server: the
 // size of a message either way, and the bounds of a sandbox's resources
@@ -20,6 +23,10 @@ const (
 	// MaxPageSize is the largest page a list call may ask for; clients
 	// that read whole lists ask for it to make the fewest round trips.
 	MaxPageSize = 1000
+	// DefaultStopGrace is the wait between SIGTERM and SIGKILL of a stop
+	// that names none (docker stop's); MaxStopGrace the longest allowed.
+	DefaultStopGrace = 10 * time.Second
+	MaxStopGrace     = time.Hour
 )
 
 // SandboxLimits are what a node gives its sandboxes: a sandbox that asks

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -31,6 +32,9 @@ type Store interface {
 	UpdateSandbox(ctx context.Context, ws, name string, pre store.Preconditions, mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error)
 	// WatchNodeSandboxes streams the changes of this node's sandboxes.
 	WatchNodeSandboxes(ctx context.Context, node string, fromRev int64) <-chan store.Event[*shoalv1.Sandbox]
+	// WatchProviders streams provider changes (credential files follow
+	// them, credfiles.go).
+	WatchProviders(ctx context.Context, fromRev int64) <-chan store.Event[*shoalv1.Provider]
 	GetProvider(ctx context.Context, ws, name string) (*shoalv1.Provider, error)
 	// OpenCredentials decrypts a provider's credentials (sealed at rest).
 	OpenCredentials(p *shoalv1.Provider) (map[string]string, error)
@@ -50,6 +54,14 @@ type Runtime interface {
 	Remove(ctx context.Context, uid string) error
 	Pause(ctx context.Context, id string) error
 	Unpause(ctx context.Context, id string) error
+	// Stop stops a running container (SIGTERM, SIGKILL after grace) and
+	// keeps it; Start starts a stopped one again and waits up to settle
+	// for a command that ends at once (runstate.go).
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	Start(ctx context.Context, id string, settle time.Duration) error
+	// WriteCredentialFiles replaces a running container's credential
+	// files (credfiles.go): provider → key → value.
+	WriteCredentialFiles(ctx context.Context, id string, files map[string]map[string]string) error
 	// ReapExecs kills the execs in a container that an earlier run of
 	// this node started and that still run (execs.go).
 	ReapExecs(ctx context.Context, id string) ([]shoal.ReapedExec, error)
@@ -130,7 +142,8 @@ type Agent struct {
 	mu       sync.Mutex
 	orphans  map[string]time.Time // container id → first seen orphaned
 	reaped   int
-	attempts map[string]int // sandbox uid → failed provisioning attempts
+	attempts map[string]int    // sandbox uid → failed provisioning attempts
+	credFP   map[string]string // sandbox uid → fingerprint of its credential files (credfiles.go)
 
 	// Owned by Start's loop (freeze.go).
 	frozen  bool
@@ -142,6 +155,15 @@ type Agent struct {
 	rejoinedOnce sync.Once
 
 	engine engineHealth // engine.go
+
+	// life is Start's context and queue: what outlives one reconcile's
+	// deadline (a stop's grace, runstate.go) still ends with the agent and
+	// queues its sandbox when it is done. bg holds those goroutines; Start
+	// waits for them.
+	life  context.Context
+	queue *workqueue.Queue[item]
+	bg    sync.WaitGroup
+	stops map[string]*stopping // sandbox uid → its stop in flight (under mu)
 
 	tornDown  recent // events.go: the teardowns recorded as events
 	frozenIDs recent // events.go: the containers freeze paused
@@ -220,8 +242,8 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("shoal/agent")
 	}
-	return &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{},
-		paused: map[string]bool{}, rejoined: make(chan struct{})}, nil
+	return &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{}, credFP: map[string]string{},
+		paused: map[string]bool{}, rejoined: make(chan struct{}), stops: map[string]*stopping{}}, nil
 }
 
 // Reaped is the number of orphan containers removed so far.
@@ -244,7 +266,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer a.bg.Wait() // the stops in flight, after the cancel below
 	q := workqueue.New(item.key)
+	a.life, a.queue = ctx, q
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -272,10 +296,15 @@ func (a *Agent) Start(ctx context.Context) error {
 	var derrs <-chan error
 	var sandboxWatch *store.Watch[store.Event[*shoalv1.Sandbox]]
 	var eventWatch *store.Watch[shoal.ContainerEvent]
-	byUID := map[string]item{} // container uid label → sandbox, for events
+	var providers <-chan store.Event[*shoalv1.Provider]
+	var providerWatch *store.Watch[store.Event[*shoalv1.Provider]]
+	byUID := map[string]item{}  // container uid label → sandbox, for events
+	users := newProviderUsers() // provider → sandboxes, for credential files
 	restart := backoff.Policy{Initial: a.cfg.RestartDelay, Max: a.cfg.MaxRestartDelay}
 	watchBO := &streamBackoff{p: restart}
 	eventsBO := &streamBackoff{p: restart}
+	providersBO := &streamBackoff{p: restart}
+	var providersRev int64
 	// A broken watch resumes after the last revision it delivered, so
 	// nothing is listed again; only the first watch, and one whose
 	// revision was compacted away, start from 0, which replays every
@@ -285,6 +314,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	openWatch := func() {
 		if lastRev == 0 {
 			clear(byUID)
+			users.reset()
 		}
 		watchBO.opened(time.Now())
 		wctx, wcancel := context.WithCancel(ctx)
@@ -299,8 +329,15 @@ func (a *Agent) Start(ctx context.Context) error {
 		eventWatch = store.NewWatch(ecancel, ch)
 		devents = eventWatch.C
 	}
+	openProviders := func() {
+		providersBO.opened(time.Now())
+		pctx, pcancel := context.WithCancel(ctx)
+		providerWatch = store.NewWatch(pcancel, a.cfg.Store.WatchProviders(pctx, providersRev))
+		providers = providerWatch.C
+	}
 	openWatch()
 	openEvents()
+	openProviders()
 	defer func() {
 		// Stop both streams and wait for their goroutines (a broken one
 		// was stopped when it broke).
@@ -310,11 +347,16 @@ func (a *Agent) Start(ctx context.Context) error {
 		if eventWatch != nil {
 			eventWatch.Stop()
 		}
+		if providerWatch != nil {
+			providerWatch.Stop()
+		}
 	}()
 	rewatch := newIdleTimer()
 	defer rewatch.Stop()
 	resubscribe := newIdleTimer()
 	defer resubscribe.Stop()
+	rewatchProviders := newIdleTimer()
+	defer rewatchProviders.Stop()
 	tick := time.NewTicker(a.cfg.Resync)
 	defer tick.Stop()
 	// The lease is watched on its own: the loop below may wait on etcd
@@ -358,10 +400,12 @@ func (a *Agent) Start(ctx context.Context) error {
 			it := item{sb.Meta.Workspace, sb.Meta.Name}
 			if ev.Type == shoalv1.EventType_DELETED {
 				delete(byUID, sb.Meta.Uid)
+				users.set(it, nil)
 				continue
 			}
 			byUID[sb.Meta.Uid] = it
-			if sb.Meta.DeletionTimestamp != nil || sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING {
+			attached := users.set(it, sb) // an attach or detach: its files change
+			if sb.Meta.DeletionTimestamp != nil || sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING || runStatePending(sb) || attached {
 				q.Add(it)
 			}
 		case <-rewatch.C:
@@ -371,7 +415,7 @@ func (a *Agent) Start(ctx context.Context) error {
 				devents = nil
 				continue
 			}
-			if it, known := byUID[ev.UID]; known {
+			if it, known := byUID[ev.UID]; known && changesState(ev.Action) {
 				q.Add(it)
 			}
 		case err, ok := <-derrs:
@@ -390,10 +434,46 @@ func (a *Agent) Start(ctx context.Context) error {
 			resubscribe.Reset(d)
 		case <-resubscribe.C:
 			openEvents()
+		case ev, ok := <-providers:
+			if !ok || ev.Err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				providerWatch.Stop()
+				providerWatch, providers = nil, nil
+				if shoal.KindOf(ev.Err) == shoal.KindGone {
+					providersRev = 0
+				}
+				d := providersBO.next(time.Now())
+				a.log.Warn("provider watch broke; restarting it", "err", ev.Err, "after", d)
+				rewatchProviders.Reset(d)
+				continue
+			}
+			providersRev = max(providersRev, ev.Revision)
+			// A rotation, or a provider gone: the files of the sandboxes
+			// of this node that use it change (credfiles.go).
+			for _, it := range users.users(ev.Object.GetMeta().GetWorkspace(), ev.Object.GetMeta().GetName()) {
+				q.Add(it)
+			}
+		case <-rewatchProviders.C:
+			openProviders()
 		case <-tick.C:
 			a.resync(ctx, q)
 		}
 	}
+}
+
+// changesState reports whether a container event can mean a change of the
+// container's state. Execs, copies, attaches and resizes cannot: a busy
+// sandbox's execs would otherwise each cost a reconcile (an inspect and a
+// status read), and hide a missing trigger in tests that poll with execs.
+func changesState(action string) bool {
+	switch {
+	case strings.HasPrefix(action, "exec_"), action == "archive-path", action == "extract-to-dir",
+		action == "attach", action == "detach", action == "resize", action == "top", action == "export":
+		return false
+	}
+	return true
 }
 
 // newIdleTimer returns a stopped timer, to be Reset when needed.
@@ -452,6 +532,11 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 	for uid := range a.attempts {
 		if !known[uid] {
 			delete(a.attempts, uid)
+		}
+	}
+	for uid := range a.credFP {
+		if !known[uid] {
+			delete(a.credFP, uid)
 		}
 	}
 	seen := map[string]bool{}
@@ -545,6 +630,8 @@ func (a *Agent) teardown(ctx context.Context, sb *shoalv1.Sandbox) error {
 	ctx, span := a.cfg.Tracer.Start(ctx, "agent.Teardown")
 	defer span.End()
 	defer func(start time.Time) { a.cfg.Metrics.Teardown(time.Since(start)) }(time.Now())
+	// A stop in flight is not waited out: the removal kills the container.
+	a.cancelStop(sb.Meta.Uid)
 	if err := a.cfg.Runtime.Remove(ctx, sb.Meta.Uid); err != nil {
 		a.record(sb, events.Event{Reason: events.FailedTeardown, Message: "removing the container failed; trying again: " + err.Error()})
 		return err
@@ -603,11 +690,13 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	// started. Shutdown waits for the call instead (bounded).
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runTimeout)
 	defer cancel()
+	// A sandbox stopped before its container was made gets one that
+	// never ran (start runs it).
 	id, err := a.cfg.Runtime.Run(rctx, shoal.ContainerSpec{
 		UID: sb.Meta.Uid, Name: sb.Meta.Name, Workspace: sb.Meta.Workspace,
 		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets,
 		CPUMillis: cpu, MemoryBytes: mem, PidsLimit: a.cfg.Limits.Pids, ReadOnlyRoot: spec.GetReadOnlyRoot(),
-		Settle: settle,
+		Settle: settle, Created: wantStopped(sb),
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -655,10 +744,18 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	if err != nil {
 		return err
 	}
+	// The credential files are there before the sandbox is READY.
+	if err := a.syncCredentialFiles(ctx, sb, id, state); err != nil {
+		a.log.Warn("credential files not written; will retry", "sandbox", sb.Meta.Name, "err", err)
+	}
+	gen := spec.GetRunGeneration()
 	if err := a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 		st.ContainerId = id
 		store.SetCondition(st, "Provisioned", "True", "ContainerStarted", "")
 		observe(st, id, state)
+		if wantStopped(sb) {
+			observeRunState(st, sb, gen, state)
+		}
 	}); err != nil {
 		return err
 	}
@@ -736,13 +833,29 @@ func (a *Agent) syncStatus(ctx context.Context, sb *shoalv1.Sandbox) error {
 	if err != nil {
 		return err
 	}
+	switch {
+	case !wantStopped(sb) && a.stopInFlight(sb.Meta.Uid):
+		// A start during a stop: it waits for the stop to end (which
+		// queues the sandbox), then starts the container again.
+		return nil
+	case wantStopped(sb) && st.Running:
+		return a.stopContainer(ctx, sb, id)
+	case !wantStopped(sb) && runStatePending(sb) && st.Exists && !st.Running:
+		return a.startContainer(ctx, sb, id)
+	}
+	gen := sb.GetSpec().GetRunGeneration()
+	if err := a.syncCredentialFiles(ctx, sb, id, st); err != nil {
+		a.log.Warn("credential files not written; will retry", "sandbox", sb.Meta.Name, "err", err)
+	}
 	return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
 		observe(s, id, st)
-		if s.Phase == shoalv1.SandboxPhase_STOPPED {
+		observeRunState(s, sb, gen, st)
+		if s.Phase == shoalv1.SandboxPhase_STOPPED && !wantStopped(sb) {
 			if by, since := a.stoppedByOutage(st); by {
-				s.Message = fmt.Sprintf("container stopped with code %d when its engine went down or restarted (it last answered at %s), not necessarily by its command: delete the sandbox and create it again",
+				s.Message = fmt.Sprintf("container stopped with code %d when its engine went down or restarted (it last answered at %s), not necessarily by its command: start it again with `shoal sandbox start`",
 					st.ExitCode, since.UTC().Format(time.RFC3339))
 				store.SetCondition(s, "ContainerPresent", "True", "StoppedByEngine", s.Message)
+				store.SetCondition(s, ConditionStopped, "True", "StoppedByEngine", s.Message)
 			}
 		}
 	})

@@ -39,10 +39,15 @@ func (a *Agent) containerRef(c shoal.Container) *shoalv1.Sandbox {
 }
 
 // stopRequested reports whether a sandbox's container stopped because a
-// stop was asked for, rather than by itself (its command ended, it was
-// killed, or its engine stopped it): the Stopped event says which.
-// Nothing asks for a stop yet, so every stop is the container's own.
-func stopRequested(*shoalv1.Sandbox) bool { return false }
+// stop was asked for (shoal sandbox stop), rather than by itself (its
+// command ended, it was killed, or its engine stopped it): the Stopped
+// event says which, as the condition Stopped's reason does (runstate.go).
+func stopRequested(sb *shoalv1.Sandbox) bool {
+	if c := condition(sb.GetStatus(), ConditionStopped); c != nil && c.Status == "True" {
+		return c.Reason == "StopRequested"
+	}
+	return wantStopped(sb)
+}
 
 // before is what a status write's events compare with: the status as it
 // was.

@@ -28,7 +28,8 @@ import (
 //
 // When the node holds a lease again (the same one, after a short cut, or a
 // new registration) it rejoins: it removes at once the containers whose
-// sandboxes are gone or being deleted, thaws the ones it froze, and queues
+// sandboxes are gone or being deleted, thaws the ones it froze (but kills,
+// frozen, those of sandboxes stopped meanwhile: they never run again), and queues
 // every sandbox so that status (UNKNOWN while it was lost) is observed again.
 // A node process that was stopped (SIGSTOP) and resumed finds its lease
 // stale by the clock before anything else: reconcile acts only while the
@@ -164,9 +165,11 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 		return shoal.DataLoss("sandbox list incomplete: %s", strings.Join(page.Warnings, "; "))
 	}
 	live, known := map[string]bool{}, map[string]bool{}
+	stopped := map[string]bool{} // meant to be stopped: never thawed
 	for _, sb := range page.Items {
 		if sb.Meta.DeletionTimestamp == nil {
 			live[sb.Meta.Uid] = true
+			stopped[sb.Meta.Uid] = wantStopped(sb)
 		}
 		known[sb.Meta.Uid] = true
 		q.Add(item{sb.Meta.Workspace, sb.Meta.Name})
@@ -184,6 +187,15 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 			if !known[c.UID] {
 				a.recordGoneOnRejoin(c) // (a DELETING one's teardown records its own)
 			}
+		case a.paused[c.ID] && stopped[c.UID]:
+			// Stopped while the node was cut off: killed frozen, so its
+			// command never runs again (a thaw first would run it until
+			// the stop).
+			if err := a.cfg.Runtime.Stop(ctx, c.ID, 0); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			thawed++
 		case a.paused[c.ID]:
 			if err := a.cfg.Runtime.Unpause(ctx, c.ID); err != nil {
 				errs = append(errs, err)

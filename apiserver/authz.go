@@ -37,6 +37,8 @@ var methodRoles = map[string][]pki.Role{
 	"/shoal.v1.Shoal/CreateSandbox":   operators,
 	"/shoal.v1.Shoal/UpdateSandbox":   operators,
 	"/shoal.v1.Shoal/DeleteSandbox":   operators,
+	"/shoal.v1.Shoal/StopSandbox":     operators,
+	"/shoal.v1.Shoal/StartSandbox":    operators,
 	"/shoal.v1.Shoal/Exec":            operators,
 	"/shoal.v1.Shoal/ExecInteractive": operators,
 	"/shoal.v1.Shoal/Logs":            operators,

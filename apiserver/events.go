@@ -123,8 +123,35 @@ func recordDeleteRequested(ctx context.Context, ev Events, sb *shoalv1.Sandbox, 
 	if ev == nil || sb == nil {
 		return
 	}
+	by, d := requester(ctx)
+	d["through"] = through
+	ev.Record(sb, events.Event{Reason: events.DeleteRequested, Message: fmt.Sprintf("deletion requested by %s (%s)", by, through), Details: d})
+}
+
+// recordRunStateRequested records that the caller of ctx asked for sb's
+// container to stop or start (reason StopRequested or StartRequested), as
+// the request wrote it: its run generation and, for a stop, its grace.
+func recordRunStateRequested(ctx context.Context, ev Events, sb *shoalv1.Sandbox, reason events.Reason) {
+	if ev == nil || sb == nil {
+		return
+	}
+	by, d := requester(ctx)
+	spec := sb.GetSpec()
+	d["run_generation"] = fmt.Sprint(spec.GetRunGeneration())
+	msg := fmt.Sprintf("start requested by %s", by)
+	if reason == events.StopRequested {
+		grace := spec.GetStopGrace().AsDuration()
+		d["grace"] = grace.String()
+		msg = fmt.Sprintf("stop requested by %s (grace %s)", by, grace)
+	}
+	ev.Record(sb, events.Event{Reason: reason, Message: msg, Details: d})
+}
+
+// requester says who made the call of ctx: its certificate's subject and
+// role, with the request id the audit log records it under.
+func requester(ctx context.Context) (string, map[string]string) {
 	by := "a client of the plaintext (loopback) API"
-	d := map[string]string{"through": through}
+	d := map[string]string{}
 	if id, err := identity(ctx); err == nil {
 		by = fmt.Sprintf("%s (role %s)", id.Subject, id.Role)
 		d["role"] = string(id.Role)
@@ -133,5 +160,5 @@ func recordDeleteRequested(ctx context.Context, ev Events, sb *shoalv1.Sandbox, 
 	if rid := requestIDOf(ctx); rid != "" {
 		d["request_id"] = rid // the audit log's record of the call
 	}
-	ev.Record(sb, events.Event{Reason: events.DeleteRequested, Message: fmt.Sprintf("deletion requested by %s (%s)", by, through), Details: d})
+	return by, d
 }

@@ -433,7 +433,9 @@ func (s *Server) runningContainer(sb *shoalv1.Sandbox, running bool) (string, er
 	}
 	if running {
 		switch ph := sb.Status.GetPhase(); ph {
-		case shoalv1.SandboxPhase_PAUSED, shoalv1.SandboxPhase_STOPPED, shoalv1.SandboxPhase_ERROR:
+		case shoalv1.SandboxPhase_STOPPED, shoalv1.SandboxPhase_STOPPING:
+			return "", shoal.FailedPrecondition("sandbox %q is %s, so nothing can run in it: %s; start it with `shoal sandbox start %s`", name, ph, sb.Status.GetMessage(), name)
+		case shoalv1.SandboxPhase_PAUSED, shoalv1.SandboxPhase_ERROR, shoalv1.SandboxPhase_STARTING:
 			return "", shoal.FailedPrecondition("sandbox %q is %s, so nothing can run in it: %s", name, ph, sb.Status.GetMessage())
 		}
 	}

@@ -208,6 +208,15 @@ func TestStreamCaps(t *testing.T) {
 	}
 	_, err = execAll(ctx, n.Client, "cap", "true")
 	wantExhausted(t, err, "--max-execs")
+	// An interactive exec is an exec: refused too, at its first answer.
+	iexec, err := n.Client.ExecInteractive(ctx)
+	if err == nil {
+		err = iexec.Send(&shoalv1.ExecInput{Input: &shoalv1.ExecInput_Start{Start: &shoalv1.ExecRequest{Name: "cap", Command: []string{"true"}}}})
+	}
+	if err == nil {
+		_, err = iexec.Recv()
+	}
+	wantExhausted(t, err, "--max-execs")
 	follow, err := n.Client.Logs(ctx, &shoalv1.LogsRequest{Name: "cap", Follow: true})
 	if err == nil {
 		_, err = follow.Recv()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/distribution/reference"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -269,7 +270,30 @@ func validateSandbox(sb *shoalv1.Sandbox) error {
 			return shoal.Invalid("sandbox.spec.resources.memory_bytes", "%d is out of range: 0 (no limit) or 6 MiB to %d bytes", r.MemoryBytes, int64(shoal.MaxMemoryBytes))
 		}
 	}
+	switch spec.RunState {
+	case shoalv1.RunState_RUN_STATE_UNSPECIFIED, shoalv1.RunState_RUN_STATE_RUNNING:
+	default:
+		return shoal.Invalid("sandbox.spec.run_state", "a sandbox is created running (unset or RUN_STATE_RUNNING); stop it afterwards with shoal sandbox stop")
+	}
+	if spec.RunGeneration != 0 {
+		return shoal.Invalid("sandbox.spec.run_generation", "is set by stop and start requests; leave it 0 at create")
+	}
+	if spec.StopGrace != nil {
+		if err := validGrace("sandbox.spec.stop_grace", spec.StopGrace); err != nil {
+			return err
+		}
+	}
 	return validBytes("sandbox.spec", spec, MaxSpecBytes)
+}
+
+func validGrace(field string, d *durationpb.Duration) error {
+	if err := d.CheckValid(); err != nil {
+		return shoal.Invalid(field, "is not a duration: %v", err)
+	}
+	if g := d.AsDuration(); g < 0 || g > shoal.MaxStopGrace {
+		return shoal.Invalid(field, "%s is out of range: 0 (SIGKILL at once) to %s", g, shoal.MaxStopGrace)
+	}
+	return nil
 }
 
 // validImage accepts "" (the node's default) or a Docker image reference

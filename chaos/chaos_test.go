@@ -117,6 +117,9 @@ func TestBrokenGuaranteesAreCaught(t *testing.T) {
 		// catch up: a get after a finished write returns the state before
 		// it, which the same check catches.
 		{"stale-cache", "conflicts", "1-linearizable", 2},
+		// A stop recorded as done but never done: the container runs on
+		// while its record says STOPPED, which the samples catch.
+		{"ack-before-stop", "stop-start", "15-stopped-stays-stopped", 2},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
@@ -159,8 +162,8 @@ func TestHealthyRunHasNoViolations(t *testing.T) {
 	testenv.RequireDocker(t)
 	cfg := chaos.DefaultConfig()
 	cfg.Binary = testenv.Binary(t)
-	cfg.Scenarios = []string{"conflicts", "provider-race", "node-kill"}
-	cfg.Duration = 30 * time.Second
+	cfg.Scenarios = []string{"conflicts", "provider-race", "node-kill", "stop-start"}
+	cfg.Duration = 40 * time.Second
 	cfg.Seed = 7
 	cfg.ReportDir = t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -202,6 +205,17 @@ func TestHealthyRunHasNoViolations(t *testing.T) {
 	}
 	if multi < 20 || rep.Summary.OpsByKind["sandbox-label"] == 0 || rep.Summary.OpsByKind["sandbox-status"] == 0 {
 		t.Fatalf("%d gets saw more than one writer's key; the linearizability check had too little to check:\n%s", multi, sb.String())
+	}
+	// Stop and start raced the rest, and gets saw stopped sandboxes.
+	stoppedGets := 0
+	for _, o := range ops {
+		if o.Kind == "sandbox-get" && o.Stopped {
+			stoppedGets++
+		}
+	}
+	if rep.Summary.OpsByKind["sandbox-stop"] == 0 || rep.Summary.OpsByKind["sandbox-start"] == 0 || stoppedGets == 0 {
+		t.Fatalf("stop-start: %d stops, %d starts, %d gets of a stopped sandbox; too little to check:\n%s",
+			rep.Summary.OpsByKind["sandbox-stop"], rep.Summary.OpsByKind["sandbox-start"], stoppedGets, sb.String())
 	}
 	for _, f := range []string{"report.json", "summary.txt", "history.json"} {
 		if _, err := os.Stat(filepath.Join(cfg.ReportDir, f)); err != nil {

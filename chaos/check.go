@@ -178,7 +178,10 @@ func checkFencing(ctx context.Context, e *env, scn string, from leaderTerms) ([]
 // every writer's key on the record (canonical "k=v,..." form, see writes.go).
 type lzState struct {
 	Exists, Deleting bool
-	Writes           string
+	// Stopped: the desired run state is stopped (spec.run_state), set by
+	// stop and cleared by start (runstate.go).
+	Stopped bool
+	Writes  string
 }
 
 // lzInput: Arg of a write is "key=value".
@@ -191,6 +194,7 @@ type lzOutput struct {
 	Ambiguous bool
 	Exists    bool
 	Deleting  bool
+	Stopped   bool
 	Writes    string
 }
 
@@ -231,7 +235,7 @@ var sandboxModel = porcupine.NondeterministicModel{
 	DescribeOperation: func(in, out any) string {
 		i, o := in.(lzInput), out.(lzOutput)
 		if o.Code == "OK" && i.Kind == "sandbox-get" {
-			return fmt.Sprintf("get -> {%s} deleting=%v", o.Writes, o.Deleting)
+			return fmt.Sprintf("get -> {%s} deleting=%v stopped=%v", o.Writes, o.Deleting, o.Stopped)
 		}
 		return fmt.Sprintf("%s(%s) -> %s", i.Kind, i.Arg, o.Code)
 	},
@@ -241,9 +245,9 @@ var sandboxModel = porcupine.NondeterministicModel{
 		case !s.Exists:
 			return "absent"
 		case s.Deleting:
-			return fmt.Sprintf("DELETING {%s}", s.Writes)
+			return fmt.Sprintf("DELETING stopped=%v {%s}", s.Stopped, s.Writes)
 		}
-		return fmt.Sprintf("live {%s}", s.Writes)
+		return fmt.Sprintf("live stopped=%v {%s}", s.Stopped, s.Writes)
 	},
 }
 
@@ -255,7 +259,8 @@ func isWrite(kind string) bool { return kind == "sandbox-label" || kind == "sand
 // For any other kind, sandboxModel's step on an ambiguous outcome is the
 // identity.
 func changesState(kind string) bool {
-	return kind == "sandbox-create" || isWrite(kind) || kind == "sandbox-delete" || kind == "sandbox-delete-wait"
+	return kind == "sandbox-create" || isWrite(kind) || kind == "sandbox-delete" || kind == "sandbox-delete-wait" ||
+		kind == "sandbox-stop" || kind == "sandbox-start"
 }
 
 // apply is the successful effect of an op.
@@ -268,6 +273,11 @@ func apply(s lzState, i lzInput) (lzState, bool) {
 	case isWrite(i.Kind):
 		if s.Exists && !s.Deleting {
 			s.Writes = setWrite(s.Writes, i.Arg)
+			return s, true
+		}
+	case i.Kind == "sandbox-stop", i.Kind == "sandbox-start":
+		if s.Exists && !s.Deleting {
+			s.Stopped = i.Kind == "sandbox-stop"
 			return s, true
 		}
 	case i.Kind == "sandbox-delete", i.Kind == "sandbox-delete-wait":
@@ -288,7 +298,7 @@ func explain(s lzState, i lzInput, o lzOutput) (lzState, bool) {
 	switch i.Kind {
 	case "sandbox-get":
 		if ok {
-			return s, s.Exists && s.Deleting == o.Deleting && s.Writes == o.Writes
+			return s, s.Exists && s.Deleting == o.Deleting && s.Stopped == o.Stopped && s.Writes == o.Writes
 		}
 		if o.Code == codes.NotFound.String() {
 			return s, !s.Exists
@@ -321,12 +331,25 @@ func explain(s lzState, i lzInput, o lzOutput) (lzState, bool) {
 		case o.Code == codes.NotFound.String():
 			return s, !s.Exists
 		}
+	case "sandbox-stop", "sandbox-start":
+		switch {
+		case ok:
+			return apply(s, i)
+		case o.Code == codes.NotFound.String():
+			return s, !s.Exists
+		case o.Code == codes.FailedPrecondition.String():
+			// Being deleted; or a start of a sandbox meant to run whose
+			// container failed (phase ERROR, not modelled): refused
+			// without a change.
+			return s, s.Exists && (s.Deleting || i.Kind == "sandbox-start" && !s.Stopped)
+		}
 	}
 	return s, false
 }
 
 var modelled = map[string]bool{"sandbox-create": true, "sandbox-get": true, "sandbox-label": true, "sandbox-status": true,
-	"sandbox-attach": true, "sandbox-detach": true, "sandbox-delete": true, "sandbox-delete-wait": true}
+	"sandbox-attach": true, "sandbox-detach": true, "sandbox-delete": true, "sandbox-delete-wait": true,
+	"sandbox-stop": true, "sandbox-start": true}
 
 // partitionHistory turns the modelled ops into one porcupine history per
 // sandbox name. An op with an ambiguous outcome may take effect any time
@@ -368,7 +391,7 @@ func partitionHistory(ops []Op, end int64) map[string][]porcupine.Operation {
 		}
 		byName[o.Name] = append(byName[o.Name], porcupine.Operation{
 			ClientId: o.Client, Input: lzInput{o.Kind, o.Arg}, Call: o.Call, Return: ret,
-			Output: lzOutput{Code: o.Code, Ambiguous: o.ambiguous(), Exists: o.Exists, Deleting: o.Deleting, Writes: o.Writes},
+			Output: lzOutput{Code: o.Code, Ambiguous: o.ambiguous(), Exists: o.Exists, Deleting: o.Deleting, Stopped: o.Stopped, Writes: o.Writes},
 		})
 	}
 	return byName

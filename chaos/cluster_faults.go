@@ -408,6 +408,11 @@ func clusterFaults(e *env, rng *rand.Rand, scenario string) []Fault {
 				}
 				return cf.pickAny(), "no deletion pending: any node"
 			}}}
+	case "stop-start":
+		cf := base()
+		return []Fault{&hostKill{clusterFault: cf, name: "owner-kill",
+			hold: func(rng *rand.Rand) time.Duration { return ttls(rng, 0, 3) },
+			pick: func(context.Context) (int, string) { return cf.pickAny(), "owns sandboxes being stopped and started" }}}
 	case "node-stop":
 		return []Fault{&hostStop{clusterFault: base(), name: "node-stop", hold: func(rng *rand.Rand) time.Duration { return ttls(rng, 1, 3) }}}
 	case "partition":

@@ -27,10 +27,12 @@ import (
 //     no alarm is raised;
 //   - no sandbox is UNKNOWN, DELETING (or marked for deletion),
 //     PROVISIONING, or PAUSED (the suite never pauses one: a paused
-//     sandbox is a freeze that was never thawed);
+//     sandbox is a freeze that was never thawed), STOPPING or STARTING,
+//     nor has a stop or start its agent has not acted on;
 //   - every engine's containers match the records: a READY or STOPPED
 //     sandbox has exactly one container, on its own node's engine (running
-//     for READY); an ERROR one at most one; no container is paused; no
+//     for READY, not running for one STOPPED on request); an ERROR one at
+//     most one; no container is paused; no
 //     container of a sandbox is on another node's engine; no container is
 //     without a record;
 //   - every provider whose sandboxes are gone is deletable: every attach/
@@ -291,6 +293,10 @@ func (st convergenceState) gaps(nodes, engines []string) []string {
 			stuck = append(stuck, sb)
 		case ph == shoalv1.SandboxPhase_UNKNOWN, ph == shoalv1.SandboxPhase_PROVISIONING, ph == shoalv1.SandboxPhase_PAUSED:
 			out = append(out, fmt.Sprintf("sandbox %s is %s", ref, ph))
+		default:
+			if why := runStateSettling(sb); why != "" {
+				out = append(out, fmt.Sprintf("sandbox %s: stop or start not acted on: %s", ref, why))
+			}
 		}
 	}
 
@@ -343,6 +349,8 @@ func (st convergenceState) gaps(nodes, engines []string) []string {
 				out = append(out, fmt.Sprintf("sandbox %s (%s) has %d containers on the engine of its node %s, not 1", r.ref, ph, len(cs), r.node))
 			} else if ph == shoalv1.SandboxPhase_READY && cs[0].c.State != container.StateRunning {
 				out = append(out, fmt.Sprintf("sandbox %s is READY but its container %s is %s", r.ref, short(cs[0].c.ID), cs[0].c.State))
+			} else if stoppedAcked(r.sb) && cs[0].c.State == container.StateRunning {
+				out = append(out, fmt.Sprintf("sandbox %s is STOPPED on request but its container %s is %s", r.ref, short(cs[0].c.ID), cs[0].c.State))
 			}
 		default:
 			if len(cs) > 1 {

@@ -154,6 +154,9 @@ type scenario struct {
 	faults func(e *env, rng *rand.Rand) []Fault
 	// providerRace concentrates traffic on create/attach vs provider delete.
 	providerRace bool
+	// runState adds stop and start to the traffic and checks invariant
+	// 15 all along (runstate.go).
+	runState bool
 }
 
 var scenarios = map[string]scenario{
@@ -176,4 +179,7 @@ var scenarios = map[string]scenario{
 	"partition":   {order: 10, needsCluster: true, doc: "a host, the leader alone, or a minority of voters cut off the network for 1-3 TTLs"},
 	"member-loss": {order: 11, needsCluster: true, doc: "a voter's host killed and restarted; once per run replaced (member remove, --join, node remove)"},
 	"slow-peer":   {order: 12, needsCluster: true, doc: "50-200 ms of latency on one voter's raft traffic"},
+	"stop-start": {order: 13, needsProcess: true, runState: true,
+		doc:    "sandbox stop and start racing label writers, contenders and deletes; the owner killed (SIGKILL) and restarted",
+		faults: func(e *env, _ *rand.Rand) []Fault { return []Fault{nodeKill{e}} }},
 }

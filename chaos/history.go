@@ -23,6 +23,8 @@ type Op struct {
 	// Output of reads and creates.
 	Exists   bool `json:"exists,omitempty"`
 	Deleting bool `json:"deleting,omitempty"`
+	// Stopped: a get's spec.run_state is RUN_STATE_STOPPED.
+	Stopped bool `json:"stopped,omitempty"`
 	// Writes: a get's writer keys, canonical (see writes.go).
 	Writes string `json:"writes,omitempty"`
 	UID    string `json:"uid,omitempty"`

@@ -49,6 +49,38 @@ func TestSandboxModelSteps(t *testing.T) {
 			t.Fatalf("%s: refusal on a live record accepted: %v", kind, got)
 		}
 	}
+	// A stop is seen by every later get, and a start undoes it; the
+	// writers' keys are kept through both.
+	next = step(live, "sandbox-stop", "", ok)
+	if len(next) != 1 || !next[0].(lzState).Stopped || next[0].(lzState).Writes != live.Writes {
+		t.Fatalf("stop: %v", next)
+	}
+	stopped := next[0].(lzState)
+	if got := step(stopped, "sandbox-get", "", lzOutput{Code: "OK", Exists: true, Writes: live.Writes}); len(got) != 0 {
+		t.Fatalf("a get that missed an acknowledged stop was accepted: %v", got)
+	}
+	if got := step(stopped, "sandbox-start", "", ok); len(got) != 1 || got[0].(lzState).Stopped {
+		t.Fatalf("start: %v", got)
+	}
+	// Refusals: a start of a sandbox meant to run (phase ERROR) may be
+	// refused, of a stopped one only while it is being deleted; a stop
+	// only while it is being deleted.
+	if got := step(live, "sandbox-start", "", lzOutput{Code: "FailedPrecondition"}); len(got) != 1 {
+		t.Fatalf("start refused on a sandbox meant to run: %v", got)
+	}
+	if got := step(stopped, "sandbox-start", "", lzOutput{Code: "FailedPrecondition"}); len(got) != 0 {
+		t.Fatalf("start refused on a live stopped sandbox accepted: %v", got)
+	}
+	if got := step(live, "sandbox-stop", "", lzOutput{Code: "FailedPrecondition"}); len(got) != 0 {
+		t.Fatalf("stop refused on a live sandbox accepted: %v", got)
+	}
+	if got := step(del, "sandbox-stop", "", ok); len(got) != 0 {
+		t.Fatalf("stop accepted on a DELETING record: %v", got)
+	}
+	// An ambiguous stop may or may not have happened.
+	if got := step(live, "sandbox-stop", "", lzOutput{Code: "Unavailable", Ambiguous: true}); len(got) != 2 {
+		t.Fatalf("ambiguous stop: %v", got)
+	}
 }
 
 // hop is one op of a hand-written history.

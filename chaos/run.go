@@ -99,7 +99,7 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 	if err != nil {
 		return sr, err
 	}
-	t := &traffic{e: e, h: h, scn: name, race: sc.providerRace, targets: map[string]int{},
+	t := &traffic{e: e, h: h, scn: name, race: sc.providerRace, runState: sc.runState, targets: map[string]int{},
 		start: time.Now(), focusSeed: rng(200).Uint64()}
 	tctx, stop := context.WithTimeout(ctx, d)
 	defer stop()
@@ -144,6 +144,25 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 			}
 		}
 	}()
+	// Invariant 15 is checked all along too (runstate.go).
+	var stoppedViolations []string
+	if sc.runState {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for tctx.Err() == nil {
+				if bad, err := checkStoppedStays(tctx, e); err == nil && len(bad) > 0 {
+					smu.Lock()
+					stoppedViolations = append(stoppedViolations, bad...)
+					smu.Unlock()
+				}
+				select {
+				case <-tctx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}()
+	}
 	// Faults, on a schedule drawn from the seed.
 	var faultErr error
 	var injected atomic.Int64
@@ -226,6 +245,9 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 	for _, b := range sampleViolations {
 		sr.Violations = append(sr.Violations, Violation{invAttachments, name, b})
 	}
+	for _, b := range stoppedViolations {
+		sr.Violations = append(sr.Violations, Violation{invStoppedStays, name, b})
+	}
 	if e.hosts != nil {
 		v, fig := CheckConvergence(ctx, name, ConvergenceConfig{Etcd: e.raw, Prefix: cfg.Prefix, Engines: e.engineMap(), Bound: cfg.DeletingBound})
 		sr.Violations = append(sr.Violations, v...)
@@ -242,6 +264,15 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 		res := cs.Check(name, e.live.Windows(), clusterNodeTTL)
 		sr.Violations = append(sr.Violations, res.Violations...)
 		sr.Cluster = &res.Figures
+	}
+	if sc.runState {
+		bad, err := checkStoppedStays(ctx, e)
+		if err != nil {
+			return sr, fmt.Errorf("invariant 15: %w", err)
+		}
+		for _, b := range bad {
+			sr.Violations = append(sr.Violations, Violation{invStoppedStays, name, b})
+		}
 	}
 	snap, err := e.st.Snapshot(ctx)
 	if err != nil {
@@ -429,7 +460,7 @@ func record(f Fault, at time.Time, held time.Duration, attempts int) FaultRecord
 func checkQuiet(ctx context.Context, e *env, scn string, bound time.Duration) []Violation {
 	deadline := time.Now().Add(bound)
 	for {
-		var deleting []string
+		var deleting, settling []string
 		page, err := e.client.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{PageSize: 1000})
 		known := map[string]bool{}
 		if err == nil {
@@ -437,6 +468,9 @@ func checkQuiet(ctx context.Context, e *env, scn string, bound time.Duration) []
 				known[sb.Meta.Uid] = true
 				if sb.Meta.DeletionTimestamp != nil {
 					deleting = append(deleting, sb.Meta.Name)
+				}
+				if why := runStateSettling(sb); why != "" {
+					settling = append(settling, sb.Meta.Name+" ("+why+")")
 				}
 			}
 		}
@@ -453,7 +487,7 @@ func checkQuiet(ctx context.Context, e *env, scn string, bound time.Duration) []
 		} else if err == nil {
 			err = cerr
 		}
-		if err == nil && len(deleting) == 0 && len(orphans) == 0 {
+		if err == nil && len(deleting) == 0 && len(orphans) == 0 && len(settling) == 0 {
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -466,6 +500,9 @@ func checkQuiet(ctx context.Context, e *env, scn string, bound time.Duration) []
 			}
 			if len(orphans) > 0 {
 				v = append(v, Violation{invNoLeftovers, scn, fmt.Sprintf("orphan containers %s after the faults healed: %v", bound, orphans)})
+			}
+			if len(settling) > 0 {
+				v = append(v, Violation{invStoppedStays, scn, fmt.Sprintf("stop or start not acted on %s after the faults healed: %v", bound, settling)})
 			}
 			return v
 		}

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"github.com/google/uuid"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -36,6 +38,10 @@ var mix = []weighted{
 	{"sandbox-attach", 6}, {"sandbox-detach", 4}, {"sandbox-delete", 8}, {"sandbox-delete-wait", 6},
 	{"sandbox-watch", 2}, {"provider-create", 10}, {"provider-update", 6}, {"provider-delete", 10},
 }
+
+// runStateMix is mix with stop and start (scenario stop-start): they race
+// the label writers, the contenders and deletes on the same names.
+var runStateMix = append(slices.Clone(mix), weighted{"sandbox-stop", 12}, weighted{"sandbox-start", 12})
 
 var raceMix = []weighted{
 	{"sandbox-create", 20}, {"sandbox-attach", 20}, {"sandbox-detach", 6}, {"sandbox-delete", 10},
@@ -63,6 +69,8 @@ type traffic struct {
 	h    *history
 	scn  string
 	race bool
+	// runState adds stop and start to the mix.
+	runState bool
 
 	// targets are sandbox names being deleted right now: the harassers
 	// aim their writes at them.
@@ -145,8 +153,11 @@ func (t *traffic) focus() string {
 // client runs one client's ops until ctx ends.
 func (t *traffic) client(ctx context.Context, id int, rng *rand.Rand) {
 	m := mix
-	if t.race {
+	switch {
+	case t.race:
 		m = raceMix
+	case t.runState:
+		m = runStateMix
 	}
 	for ctx.Err() == nil {
 		if code := t.do(ctx, id, rng, pick(rng, m)); code == codes.Unavailable {
@@ -214,6 +225,16 @@ func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) c
 		if err == nil && wctx.Err() == nil && status.Code(werr) != codes.DeadlineExceeded {
 			err = werr
 		}
+	case "sandbox-stop", "sandbox-start":
+		// No wait: the model is of the request (spec.run_state); the
+		// containers are checked against it by invariant 15.
+		name := t.sandboxName(rng)
+		op = t.h.begin(t.scn, id, kind, name)
+		if kind == "sandbox-stop" {
+			_, err = c.StopSandbox(cctx, &shoalv1.StopSandboxRequest{Name: name, Grace: durationpb.New(time.Duration(rng.IntN(3)) * time.Second)})
+		} else {
+			_, err = c.StartSandbox(cctx, &shoalv1.StartSandboxRequest{Name: name})
+		}
 	case "provider-create":
 		name := t.providerName(rng)
 		op = t.h.begin(t.scn, id, kind, name)
@@ -244,6 +265,7 @@ func (t *traffic) get(ctx context.Context, id int, name string) (*Op, error) {
 	if err == nil {
 		op.Exists, op.UID, op.Writes = true, sb.Meta.Uid, observedWrites(sb)
 		op.Deleting = sb.Meta.DeletionTimestamp != nil
+		op.Stopped = sb.GetSpec().GetRunState() == shoalv1.RunState_RUN_STATE_STOPPED
 	}
 	return op, err
 }

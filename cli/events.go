@@ -20,7 +20,7 @@ const eventsHelp = `Events are what the nodes did to sandboxes and saw them do: 
 Created, Started, Stopped, Paused, Frozen, NodeLost, Fenced, DeleteRequested,
 TornDown, Removed, and failures in the engine's own words. Each says which
 node recorded it and which part of that node acted (api, agent, leader).
-Repeats within 10 minutes are one event with a count. Events are kept for an
+An unbroken run of repeats within 10 minutes is one event with a count. Events are kept for an
 hour (the recording node's --event-ttl), so a deleted sandbox's history can
 still be read for a while after it is gone.
 

@@ -309,6 +309,28 @@ func TestEventsCommandsThroughBinary(t *testing.T) {
 	if !strings.Contains(d.stdout, "Events:\n  <none>") {
 		t.Errorf("describe --events 0:\n%s", d.stdout)
 	}
+	// A stop and a start: who asked, and what the owner did.
+	run(t, bin, ep, "sandbox", "stop", "one", "--wait").must(t, 0, "stop")
+	run(t, bin, ep, "sandbox", "start", "one", "--wait").must(t, 0, "start")
+	var evs []event
+	testenv.Eventually(t, 20*time.Second, "StopRequested, Stopped, StartRequested, Started", func() (bool, error) {
+		evs = listEvents(t, bin, ep, "sandbox", "events", "one")
+		got := only(evs, "StopRequested", "Stopped", "StartRequested", "Started")
+		return slices.Equal(got, []string{"Started", "StopRequested", "Stopped", "StartRequested", "Started"}), errors.New(strings.Join(reasons(evs), ","))
+	})
+	for _, ev := range evs {
+		switch ev.Reason {
+		case "Stopped":
+			if ev.Details["requested"] != "true" || ev.Details["exit_code"] == "" || ev.Reporter != "agent" {
+				t.Errorf("Stopped of a requested stop: %+v", ev)
+			}
+		case "StopRequested", "StartRequested":
+			if ev.Reporter != "api" || ev.Details["by"] == "" || ev.Details["run_generation"] == "" || ev.Reason == "StopRequested" && ev.Details["grace"] == "" {
+				t.Errorf("%s: %+v", ev.Reason, ev)
+			}
+		}
+	}
+
 	for _, bad := range []struct {
 		args []string
 		say  string

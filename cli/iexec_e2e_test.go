@@ -348,4 +348,22 @@ func TestExecStdinAndOptionsThroughANonOwner(t *testing.T) {
 	if r := run(t, bin, front, "sandbox", "exec", "far", "-w", "elsewhere", "--", "true"); r.code != 3 {
 		t.Errorf("exec -w elsewhere (a workspace without far): exit %d, stderr %q; want 3 (not found)", r.code, r.stderr)
 	}
+
+	// A terminal through the non-owner: input, a resize, the exit code.
+	p := startPTY(t, bin, front, "sandbox", "exec", "-it", "far", "--", "sh")
+	m := p.mark()
+	p.typ("echo $((6*7))\r")
+	p.expect(m, "42")
+	m = p.mark()
+	if err := pty.Setsize(p.ptmx, &pty.Winsize{Rows: 31, Cols: 97}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "stty size through the non-owner shows the new size", func() bool {
+		p.typ("stty size\r")
+		return strings.Contains(p.output()[m:], "31 97")
+	})
+	p.typ("exit 5\r")
+	if code := p.wait(); code != 5 {
+		t.Fatalf("exec -it through a non-owner exited %d after `exit 5`; the terminal shows:\n%s", code, p.output())
+	}
 }

@@ -29,6 +29,7 @@ func (a *app) sandboxCmd() *cli.Command {
 		Before:  func(*cli.Context) error { a.kind = "sandbox"; return nil },
 		Subcommands: []*cli.Command{
 			a.sandboxCreate(), a.sandboxGet(), a.sandboxList(), a.sandboxLabel(), a.sandboxDelete(),
+			a.sandboxStop(), a.sandboxStart(), a.sandboxRestart(),
 			a.sandboxExec(), a.sandboxShell(), a.sandboxLogs(), a.sandboxWatch(), a.sandboxAttach(true), a.sandboxAttach(false),
 			a.sandboxEvents(), a.sandboxDescribe(),
 		},

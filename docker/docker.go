@@ -284,7 +284,7 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 		if c.Node != r.node {
 			continue
 		}
-		if c.State == "created" {
+		if c.State == "created" && !s.Created {
 			if err := r.start(ctx, c.ID); err != nil {
 				return c.ID, err
 			}
@@ -337,8 +337,14 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 		CapAdd:         Capabilities,
 		ReadonlyRootfs: s.ReadOnlyRoot,
 	}
+	// The providers' credentials as files (WriteCredentialFiles): in
+	// memory, never on the host's disk.
+	// The size is a cap (pages are used as files are written): two full
+	// sets of the most credentials the API lets a sandbox have (each
+	// file takes at least a page), the old and the new during a swap.
+	host.Tmpfs = map[string]string{CredentialMount: "rw,nosuid,nodev,noexec,size=32m,mode=0755"}
 	if s.ReadOnlyRoot {
-		host.Tmpfs = map[string]string{"/tmp": "rw,nosuid,nodev,size=64m"}
+		host.Tmpfs["/tmp"] = "rw,nosuid,nodev,size=64m"
 	}
 	resp, err := r.cli.ContainerCreate(ctx, cfg, host, nil, nil, ContainerName(s.Workspace, s.Name, s.UID))
 	if err != nil {
@@ -351,6 +357,9 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 			return "", shoal.FailedPrecondition("Docker refused the container: %s", daemonText(err))
 		}
 		return "", fmt.Errorf("create container: %w", err)
+	}
+	if s.Created {
+		return resp.ID, nil
 	}
 	if err := r.start(ctx, resp.ID); err != nil {
 		return resp.ID, err
@@ -392,7 +401,6 @@ func (r *Runtime) settle(ctx context.Context, id string, d time.Duration) {
 	}
 }
 
-// daemonText is Docker's own message, without the client's prefix.
 // unreachable is err as UNAVAILABLE naming the node and its engine when
 // the engine could not be reached at all (it is down or restarting), and
 // err itself otherwise.
@@ -403,6 +411,7 @@ func (r *Runtime) unreachable(err error) error {
 	return err
 }
 
+// daemonText is Docker's own message, without the client's prefix.
 func daemonText(err error) string {
 	return strings.TrimPrefix(err.Error(), "Error response from daemon: ")
 }
@@ -555,6 +564,37 @@ func (r *Runtime) Unpause(ctx context.Context, id string) error {
 	return nil
 }
 
+// Stop stops a container as docker stop does: its stop signal (SIGTERM
+// unless the image names another), then SIGKILL after grace (rounded up
+// to whole seconds, the engine's unit). The container and its files stay.
+// One that is not running is left as it is; a missing one is NotFound.
+func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) error {
+	secs := int((grace + time.Second - 1) / time.Second)
+	err := r.cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs})
+	switch {
+	case err == nil:
+		return nil
+	case cerrdefs.IsNotFound(err):
+		return shoal.NotFound("container %s was removed outside shoal", id[:min(12, len(id))])
+	}
+	return r.unreachable(fmt.Errorf("stop container %s: %w", id[:min(12, len(id))], err))
+}
+
+// Start starts a stopped container again (docker start): the same
+// container, its files and the environment it was created with. Like Run
+// it then waits up to settle for a command that ends at once. One that
+// runs already is left as it is; a missing one is NotFound.
+func (r *Runtime) Start(ctx context.Context, id string, settle time.Duration) error {
+	if err := r.start(ctx, id); err != nil {
+		if st, ierr := r.Inspect(ctx, id); ierr == nil && !st.Exists {
+			return shoal.NotFound("container %s was removed outside shoal", id[:min(12, len(id))])
+		}
+		return r.unreachable(err)
+	}
+	r.settle(ctx, id, settle)
+	return nil
+}
+
 // list returns the containers that match f and that this cluster owns
 // (legacy: see owns).
 func (r *Runtime) list(ctx context.Context, f filters.Args, legacy bool) ([]shoal.Container, error) {
@@ -595,8 +635,9 @@ func (r *Runtime) Inspect(ctx context.Context, id string) (shoal.ContainerState,
 		errText = redactAll(errText, envSecrets(ci.Config.Env))
 	}
 	finished, _ := time.Parse(time.RFC3339Nano, st.FinishedAt) // "0001-01-01T00:00:00Z" when it never exited
+	started, _ := time.Parse(time.RFC3339Nano, st.StartedAt)
 	return shoal.ContainerState{Exists: true, Running: st.Running, Paused: st.Paused, Status: string(st.Status), ExitCode: st.ExitCode, OOM: st.OOMKilled, Error: errText,
-		FinishedAt: finished}, nil
+		FinishedAt: finished, StartedAt: started}, nil
 }
 
 // execWrapper runs an exec'd command under /bin/sh, which first writes

@@ -9,9 +9,10 @@
 //
 //	api     Scheduled        the create placed the sandbox (node, and why that node)
 //	        DeleteRequested  a delete, a drain or a node removal asked for its deletion (by whom)
+//	        StopRequested    shoal sandbox stop asked for its container to stop (by whom, the grace); StartRequested, to start
 //	agent   Created          the owner's engine made the container (its id, the image)
 //	        Started          the container runs (its phase became READY)
-//	        Stopped          its command ended (exit_code; requested: whether a stop was asked for)
+//	        Stopped          its container stopped (exit_code; requested: whether a stop was asked for, or it ended by itself)
 //	        Paused/Unpaused  docker pause and unpause, done outside shoal
 //	        Frozen/Thawed    self-fencing: the node lost its lease and paused the container, and thawed it when it held one again
 //	        NodeReady        the owner reports on a sandbox the leader had marked NodeLost
@@ -59,11 +60,16 @@
 // many events it writes. The TTL is the node's --event-ttl (DefaultTTL, an
 // hour, as Kubernetes keeps its events).
 //
-// Per sandbox, repeats are coalesced as Kubernetes does: an event with the
-// same sandbox uid, reason, message and details as one this node wrote
-// within CoalesceWindow (10 minutes) rewrites that one in place, with its
-// count raised and its last time moved, instead of adding a key; repeats
-// within one batch are one write. New keys are rate limited per sandbox
+// Per sandbox, repeats are coalesced much as Kubernetes does: an event
+// with the same reason, message and details as the last one this node
+// recorded about the sandbox, within CoalesceWindow (10 minutes), rewrites
+// that one in place, with its count raised and its last time moved,
+// instead of adding a key; repeats within one batch are one write. Unlike
+// Kubernetes, only an unbroken run of repeats is coalesced: an event in
+// between starts a new key, so that a sandbox's history keeps its order
+// (Started, Stopped, Started reads as three events, not Stopped then
+// Started x2); what a container that flaps adds is bounded by the rate
+// below. New keys are rate limited per sandbox
 // uid with a token bucket of Burst (25) that refills one every Refill (a
 // twelfth of the TTL): a node adds at most 25 + 12 keys per sandbox per
 // TTL, so a sandbox that flaps cannot grow etcd without bound. What this

@@ -88,9 +88,9 @@ const (
 	DefaultCoalesceWindow = 10 * time.Minute
 )
 
-// maxTracked bounds the series and token buckets the Recorder remembers;
-// past it the oldest are forgotten (a series then starts a new key, a
-// sandbox a full bucket).
+// maxTracked bounds the sandboxes whose last event and token bucket the
+// Recorder remembers; past it they are all forgotten (a repeat then
+// starts a new key, a sandbox a full bucket).
 const maxTracked = 1 << 16
 
 // Recorder records sandbox events (doc.go).
@@ -109,7 +109,7 @@ type Recorder struct {
 
 	// Start's goroutine alone.
 	leases    map[int64]int64 // time bucket → lease
-	series    map[string]*series
+	latest    map[string]*series // sandbox (ws/name/uid) → the last event this node recorded of it
 	tokens    map[string]*tokenBucket // sandbox uid → its bucket
 	lastSweep time.Time
 	failures  int       // writes failed in a row
@@ -121,8 +121,9 @@ type queued struct {
 	once bool
 }
 
-// series is the last event this node wrote of one kind for one sandbox.
+// series is an event and the repeats coalesced into it.
 type series struct {
+	key         string // seriesKey: what a repeat has in common with it
 	id          string
 	first, last time.Time
 	count       int32
@@ -191,7 +192,7 @@ func New(cfg Config) (*Recorder, error) {
 		cfg.Now = time.Now
 	}
 	return &Recorder{cfg: cfg, log: cfg.Logger.With("subsystem", "events"), bucket: bucket, q: make(chan queued, cfg.QueueSize),
-		leases: map[int64]int64{}, series: map[string]*series{}, tokens: map[string]*tokenBucket{}}, nil
+		leases: map[int64]int64{}, latest: map[string]*series{}, tokens: map[string]*tokenBucket{}}, nil
 }
 
 // Record records e about sb. It never blocks and never fails: the event
@@ -333,8 +334,9 @@ func (r *Recorder) shutdown(ctx context.Context, left []Write) {
 	}
 }
 
-// prepare turns queued events into writes: coalesced into the series they
-// repeat, rate limited per sandbox, given ids; one write per key.
+// prepare turns queued events into writes: coalesced into the event they
+// repeat (the last this node recorded of the sandbox, within the
+// window), rate limited per sandbox, given ids; one write per key.
 func (r *Recorder) prepare(batch []queued) []Write {
 	now := r.cfg.Now()
 	r.sweep(now)
@@ -342,14 +344,16 @@ func (r *Recorder) prepare(batch []queued) []Write {
 	at := map[string]int{} // key in the batch → index in out
 	for _, q := range batch {
 		ev := q.ev
+		of := ev.Workspace + "/" + ev.Sandbox + "/" + ev.SandboxUid
 		if q.once {
 			ev.Id = fmt.Sprintf("%016x.%s.%s", ev.FirstTime.AsTime().UnixNano(), ev.Reason, ev.SandboxUid)
 			out = append(out, Write{Event: ev, Once: true})
+			delete(r.latest, of) // what follows it repeats nothing before it
 			continue
 		}
 		t := ev.FirstTime.AsTime()
 		key := seriesKey(ev)
-		if s, ok := r.series[key]; ok && t.Sub(s.last) <= r.cfg.CoalesceWindow && !t.Before(s.first) {
+		if s := r.latest[of]; s != nil && s.key == key && t.Sub(s.last) <= r.cfg.CoalesceWindow && !t.Before(s.first) {
 			s.count++
 			s.last = maxTime(s.last, t)
 			ev.Id, ev.Count = s.id, s.count
@@ -357,12 +361,13 @@ func (r *Recorder) prepare(batch []queued) []Write {
 		} else {
 			if !r.allow(ev.SandboxUid, now) {
 				r.drop(dropRateLimited, 1)
+				delete(r.latest, of) // it happened all the same: what follows repeats nothing before it
 				continue
 			}
 			ev.Id = fmt.Sprintf("%016x.%s.%d", t.UnixNano(), r.cfg.Node, r.seq.Add(1))
-			r.series[key] = &series{id: ev.Id, first: t, last: t, count: 1}
+			r.latest[of] = &series{key: key, id: ev.Id, first: t, last: t, count: 1}
 		}
-		k := ev.Workspace + "/" + ev.Sandbox + "/" + ev.Id
+		k := of + "/" + ev.Id
 		if i, ok := at[k]; ok {
 			out[i].Event = ev // a repeat in the same batch: one write
 			continue
@@ -373,10 +378,11 @@ func (r *Recorder) prepare(batch []queued) []Write {
 	return out
 }
 
-// seriesKey: events with the same key are repeats of one another.
+// seriesKey: events of one sandbox with the same key are repeats of one
+// another.
 func seriesKey(ev *shoalv1.Event) string {
 	var b strings.Builder
-	for _, s := range []string{ev.Workspace, ev.Sandbox, ev.SandboxUid, ev.Reason, ev.Severity.String(), ev.Message, ev.Node} {
+	for _, s := range []string{ev.Reason, ev.Severity.String(), ev.Message, ev.Node} {
 		b.WriteString(s)
 		b.WriteByte(0)
 	}
@@ -408,19 +414,19 @@ func (r *Recorder) allow(uid string, now time.Time) bool {
 }
 
 // sweep forgets, once a minute or when they grow past maxTracked, the
-// series past their window, the token buckets that would be full again and
-// the leases that have expired; past maxTracked still, all of them.
+// last events past the window, the token buckets that would be full again
+// and the leases that have expired; past maxTracked still, all of them.
 func (r *Recorder) sweep(now time.Time) {
-	if now.Sub(r.lastSweep) < time.Minute && len(r.series) < maxTracked && len(r.tokens) < maxTracked {
+	if now.Sub(r.lastSweep) < time.Minute && len(r.latest) < maxTracked && len(r.tokens) < maxTracked {
 		return
 	}
 	r.lastSweep = now
 	full := time.Duration(r.cfg.Burst) * r.cfg.Refill
-	maps.DeleteFunc(r.series, func(_ string, s *series) bool { return now.Sub(s.last) > r.cfg.CoalesceWindow })
+	maps.DeleteFunc(r.latest, func(_ string, s *series) bool { return now.Sub(s.last) > r.cfg.CoalesceWindow })
 	maps.DeleteFunc(r.tokens, func(_ string, b *tokenBucket) bool { return now.Sub(b.at) >= full })
 	maps.DeleteFunc(r.leases, func(bucket, _ int64) bool { return r.bucketEnd(bucket).Add(r.cfg.TTL).Before(now) })
-	if len(r.series) >= maxTracked {
-		clear(r.series)
+	if len(r.latest) >= maxTracked {
+		clear(r.latest)
 	}
 	if len(r.tokens) >= maxTracked {
 		clear(r.tokens)

@@ -210,8 +210,10 @@ func TestEventsExpireAfterTheTTL(t *testing.T) {
 	t.Logf("events of TTL %s gone %s after they happened", ttl, gone.Sub(at).Round(10*time.Millisecond))
 }
 
-// Repeats of an event (same sandbox, reason, message and details) within
-// the coalesce window are one key with a count, written in place.
+// An unbroken run of repeats of an event (same sandbox, reason, message
+// and details) within the coalesce window is one key with a count, written
+// in place; a repeat after another event is an event of its own, so that
+// the history keeps its order.
 func TestRepeatsAreCoalesced(t *testing.T) {
 	cli, _ := testenv.Etcd(t)
 	l := store.NewEventLog(cli, "")
@@ -223,10 +225,11 @@ func TestRepeatsAreCoalesced(t *testing.T) {
 		rec.Record(sb, events.Event{Reason: events.Paused, Message: "container is paused", At: first.Add(time.Duration(i) * time.Second)})
 	}
 	rec.Record(sb, events.Event{Reason: events.Unpaused, Message: "container was unpaused", At: first.Add(time.Minute)})
+	rec.Record(sb, events.Event{Reason: events.Paused, Message: "container is paused", At: first.Add(2 * time.Minute)})
 	var got []*shoalv1.Event
-	testenv.Eventually(t, 20*time.Second, "one Paused x30 and one Unpaused", func() (bool, error) {
+	testenv.Eventually(t, 20*time.Second, "Paused x30, Unpaused, Paused", func() (bool, error) {
 		got = list(t, l, store.EventFilter{Workspace: "default", Sandbox: "flap"})
-		return len(got) == 2 && got[0].Count == 30, fmt.Errorf("%v", got)
+		return len(got) == 3 && got[0].Count == 30 && got[2].Count == 1 && got[2].Reason == "Paused", fmt.Errorf("%v", got)
 	})
 	p := got[0]
 	if !p.FirstTime.AsTime().Equal(first) || !p.LastTime.AsTime().Equal(first.Add(29*time.Second)) || got[1].Reason != "Unpaused" {

@@ -44,6 +44,8 @@ type Runtime struct {
 type ctr struct {
 	shoal.Container
 	env      []string
+	cmd      []string
+	files    map[string]map[string]string // credential files: provider → key → value
 	running  bool
 	paused   bool
 	exitCode int
@@ -107,11 +109,16 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (string, error
 		return "", err
 	}
 	c := &ctr{Container: shoal.Container{ID: newID(), UID: s.UID, Name: s.Name, Workspace: s.Workspace, Node: r.cfg.Node,
-		State: "running", Created: time.Now()}, env: slices.Clone(s.Env), running: true, started: time.Now()}
+		State: "running", Created: time.Now()}, env: slices.Clone(s.Env), cmd: slices.Clone(s.Command), running: true, started: time.Now()}
 	code, exits := exitOf(s.Command)
 	r.mu.Lock()
 	r.containers[c.ID] = c
 	r.emitLocked(shoal.ContainerEvent{Action: "create", ID: c.ID, UID: c.UID})
+	if s.Created {
+		c.running, c.State, c.started = false, "created", time.Time{}
+		r.mu.Unlock()
+		return c.ID, nil
+	}
 	r.emitLocked(shoal.ContainerEvent{Action: "start", ID: c.ID, UID: c.UID})
 	if exits {
 		c.running, c.State, c.exitCode = false, "exited", code
@@ -191,7 +198,23 @@ func (r *Runtime) Inspect(_ context.Context, id string) (shoal.ContainerState, e
 	if !ok {
 		return shoal.ContainerState{}, nil
 	}
-	return shoal.ContainerState{Exists: true, Running: c.running, Paused: c.paused, Status: c.State, ExitCode: c.exitCode}, nil
+	return shoal.ContainerState{Exists: true, Running: c.running, Paused: c.paused, Status: c.State, ExitCode: c.exitCode, StartedAt: c.started}, nil
+}
+
+// WriteCredentialFiles keeps the files in memory, as a container's tmpfs
+// would; a container that is not running refuses them.
+func (r *Runtime) WriteCredentialFiles(ctx context.Context, id string, files map[string]map[string]string) error {
+	if err := r.wait(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[id]
+	if !ok || !c.running {
+		return shoal.FailedPrecondition("container %s is not running", id)
+	}
+	c.files = files
+	return nil
 }
 
 // Events streams container events until ctx ends.
@@ -234,6 +257,51 @@ func (r *Runtime) Pause(ctx context.Context, id string) error {
 // Unpause thaws a paused container; others are left as they are.
 func (r *Runtime) Unpause(ctx context.Context, id string) error {
 	return r.setPaused(ctx, id, false)
+}
+
+// Stop ends a running (or paused) container's process as docker stop
+// does when the process obeys SIGTERM: exit code 143. The grace is not
+// simulated.
+func (r *Runtime) Stop(ctx context.Context, id string, _ time.Duration) error {
+	if err := r.wait(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[id]
+	if !ok {
+		return shoal.NotFound("container %s not found", id)
+	}
+	if !c.running {
+		return nil
+	}
+	c.running, c.paused, c.State, c.exitCode = false, false, "exited", 143
+	r.emitLocked(shoal.ContainerEvent{Action: "die", ID: id, UID: c.UID, ExitCode: "143"})
+	return nil
+}
+
+// Start starts an exited container again, with the command it was made
+// with (one that ends at once has ended by the time Start returns).
+func (r *Runtime) Start(ctx context.Context, id string, _ time.Duration) error {
+	if err := r.wait(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[id]
+	if !ok {
+		return shoal.NotFound("container %s not found", id)
+	}
+	if c.running {
+		return nil
+	}
+	c.running, c.State, c.started = true, "running", time.Now()
+	r.emitLocked(shoal.ContainerEvent{Action: "start", ID: id, UID: c.UID})
+	if code, exits := exitOf(c.cmd); exits {
+		c.running, c.State, c.exitCode = false, "exited", code
+		r.emitLocked(shoal.ContainerEvent{Action: "die", ID: id, UID: c.UID, ExitCode: strconv.Itoa(code)})
+	}
+	return nil
 }
 
 // ReapExecs has nothing to do: a simulated exec ends with the process

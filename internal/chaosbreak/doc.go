@@ -11,6 +11,9 @@
 //	                     (caught as a non-linearizable history, invariant 1)
 //	check-then-act       store: provider delete checks for attachments, then
 //	                     deletes without comparing them in its Txn (invariant 4)
+//	ack-before-stop      agent: a stop is recorded as done (STOPPED, its
+//	                     generation observed) without stopping the container
+//	                     (invariant 15)
 //	no-freeze            agent: a node that stops holding its lease does not
 //	                     pause its containers (invariant 9)
 //	unfenced-leader      store: leader-only writes lose their fence compare,

@@ -29,6 +29,55 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RunState int32
+
+const (
+	RunState_RUN_STATE_UNSPECIFIED RunState = 0
+	RunState_RUN_STATE_RUNNING     RunState = 1
+	RunState_RUN_STATE_STOPPED     RunState = 2
+)
+
+// Enum value maps for RunState.
+var (
+	RunState_name = map[int32]string{
+		0: "RUN_STATE_UNSPECIFIED",
+		1: "RUN_STATE_RUNNING",
+		2: "RUN_STATE_STOPPED",
+	}
+	RunState_value = map[string]int32{
+		"RUN_STATE_UNSPECIFIED": 0,
+		"RUN_STATE_RUNNING":     1,
+		"RUN_STATE_STOPPED":     2,
+	}
+)
+
+func (x RunState) Enum() *RunState {
+	p := new(RunState)
+	*p = x
+	return p
+}
+
+func (x RunState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RunState) Descriptor() protoreflect.EnumDescriptor {
+	return file_shoal_v1_shoal_proto_enumTypes[0].Descriptor()
+}
+
+func (RunState) Type() protoreflect.EnumType {
+	return &file_shoal_v1_shoal_proto_enumTypes[0]
+}
+
+func (x RunState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RunState.Descriptor instead.
+func (RunState) EnumDescriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{0}
+}
+
 type SandboxPhase int32
 
 const (
@@ -45,6 +94,14 @@ const (
 	// The sandbox's node was lost (its lease expired): nobody observes the
 	// container. The condition NodeLost says since when.
 	SandboxPhase_UNKNOWN SandboxPhase = 7
+	// A stop was requested (shoal sandbox stop) and the owning agent is
+	// stopping the container: STOPPED follows, with the condition Stopped
+	// (reason StopRequested) and the exit code.
+	SandboxPhase_STOPPING SandboxPhase = 8
+	// A start was requested (shoal sandbox start) and the owning agent is
+	// starting the same container again: READY follows (or STOPPED/ERROR
+	// if its command ends or cannot start).
+	SandboxPhase_STARTING SandboxPhase = 9
 )
 
 // Enum value maps for SandboxPhase.
@@ -58,6 +115,8 @@ var (
 		5: "DELETING",
 		6: "PAUSED",
 		7: "UNKNOWN",
+		8: "STOPPING",
+		9: "STARTING",
 	}
 	SandboxPhase_value = map[string]int32{
 		"SANDBOX_PHASE_UNSPECIFIED": 0,
@@ -68,6 +127,8 @@ var (
 		"DELETING":                  5,
 		"PAUSED":                    6,
 		"UNKNOWN":                   7,
+		"STOPPING":                  8,
+		"STARTING":                  9,
 	}
 )
 
@@ -82,11 +143,11 @@ func (x SandboxPhase) String() string {
 }
 
 func (SandboxPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[0].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[1].Descriptor()
 }
 
 func (SandboxPhase) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[0]
+	return &file_shoal_v1_shoal_proto_enumTypes[1]
 }
 
 func (x SandboxPhase) Number() protoreflect.EnumNumber {
@@ -95,7 +156,7 @@ func (x SandboxPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SandboxPhase.Descriptor instead.
 func (SandboxPhase) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{0}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{1}
 }
 
 type ProviderType int32
@@ -140,11 +201,11 @@ func (x ProviderType) String() string {
 }
 
 func (ProviderType) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[1].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[2].Descriptor()
 }
 
 func (ProviderType) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[1]
+	return &file_shoal_v1_shoal_proto_enumTypes[2]
 }
 
 func (x ProviderType) Number() protoreflect.EnumNumber {
@@ -153,7 +214,7 @@ func (x ProviderType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProviderType.Descriptor instead.
 func (ProviderType) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{1}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{2}
 }
 
 type EventType int32
@@ -192,11 +253,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[2].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[3].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[2]
+	return &file_shoal_v1_shoal_proto_enumTypes[3]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -205,7 +266,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{2}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{3}
 }
 
 type EventSeverity int32
@@ -242,11 +303,11 @@ func (x EventSeverity) String() string {
 }
 
 func (EventSeverity) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[3].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[4].Descriptor()
 }
 
 func (EventSeverity) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[3]
+	return &file_shoal_v1_shoal_proto_enumTypes[4]
 }
 
 func (x EventSeverity) Number() protoreflect.EnumNumber {
@@ -255,7 +316,7 @@ func (x EventSeverity) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventSeverity.Descriptor instead.
 func (EventSeverity) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{3}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{4}
 }
 
 type ObjectMeta struct {
@@ -435,7 +496,19 @@ type SandboxSpec struct {
 	NodeSelector map[string]string `protobuf:"bytes,7,rep,name=node_selector,json=nodeSelector,proto3" json:"node_selector,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The container's root filesystem is read-only (a tmpfs /tmp stays
 	// writable).
-	ReadOnlyRoot  bool `protobuf:"varint,8,opt,name=read_only_root,json=readOnlyRoot,proto3" json:"read_only_root,omitempty"`
+	ReadOnlyRoot bool `protobuf:"varint,8,opt,name=read_only_root,json=readOnlyRoot,proto3" json:"read_only_root,omitempty"`
+	// Whether the container should run (shoal sandbox stop / start). Unset
+	// means RUN_STATE_RUNNING. The owning agent converges the container to
+	// it: stop is docker stop (SIGTERM, then SIGKILL after stop_grace),
+	// keeping the container and its files; start is docker start of the
+	// same container.
+	RunState RunState `protobuf:"varint,9,opt,name=run_state,json=runState,proto3,enum=shoal.v1.RunState" json:"run_state,omitempty"`
+	// Moves with every stop or start request (StopSandbox, StartSandbox);
+	// status.observed_run_generation says which one the agent acted on.
+	RunGeneration int64 `protobuf:"varint,10,opt,name=run_generation,json=runGeneration,proto3" json:"run_generation,omitempty"`
+	// How long a stop waits between SIGTERM and SIGKILL (the last stop's
+	// --grace; unset: 10s).
+	StopGrace     *durationpb.Duration `protobuf:"bytes,11,opt,name=stop_grace,json=stopGrace,proto3" json:"stop_grace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -526,6 +599,27 @@ func (x *SandboxSpec) GetReadOnlyRoot() bool {
 	return false
 }
 
+func (x *SandboxSpec) GetRunState() RunState {
+	if x != nil {
+		return x.RunState
+	}
+	return RunState_RUN_STATE_UNSPECIFIED
+}
+
+func (x *SandboxSpec) GetRunGeneration() int64 {
+	if x != nil {
+		return x.RunGeneration
+	}
+	return 0
+}
+
+func (x *SandboxSpec) GetStopGrace() *durationpb.Duration {
+	if x != nil {
+		return x.StopGrace
+	}
+	return nil
+}
+
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
@@ -608,13 +702,17 @@ type SandboxStatus struct {
 	Phase SandboxPhase           `protobuf:"varint,1,opt,name=phase,proto3,enum=shoal.v1.SandboxPhase" json:"phase,omitempty"`
 	// Observed: the node whose agent last reported on the container (the
 	// desired node is spec.node).
-	Node          string       `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	ContainerId   string       `protobuf:"bytes,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
-	ExitCode      int32        `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Conditions    []*Condition `protobuf:"bytes,5,rep,name=conditions,proto3" json:"conditions,omitempty"`
-	Message       string       `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Node        string       `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	ContainerId string       `protobuf:"bytes,3,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	ExitCode    int32        `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Conditions  []*Condition `protobuf:"bytes,5,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	Message     string       `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	// The spec.run_generation the owning agent last acted on: a stop or
+	// start is done when this reached the request's generation and the
+	// phase is neither STOPPING nor STARTING.
+	ObservedRunGeneration int64 `protobuf:"varint,7,opt,name=observed_run_generation,json=observedRunGeneration,proto3" json:"observed_run_generation,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SandboxStatus) Reset() {
@@ -687,6 +785,13 @@ func (x *SandboxStatus) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *SandboxStatus) GetObservedRunGeneration() int64 {
+	if x != nil {
+		return x.ObservedRunGeneration
+	}
+	return 0
 }
 
 type Sandbox struct {
@@ -2096,6 +2201,164 @@ func (x *DetachProviderRequest) GetProvider() string {
 	return ""
 }
 
+type StopSandboxRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Between SIGTERM and SIGKILL; unset: 10s. At most 1h. A stop of a
+	// sandbox being stopped with a longer grace shortens it (as a second
+	// docker stop -t 0 does).
+	Grace           *durationpb.Duration `protobuf:"bytes,3,opt,name=grace,proto3" json:"grace,omitempty"`
+	Wait            bool                 `protobuf:"varint,4,opt,name=wait,proto3" json:"wait,omitempty"`
+	ResourceVersion int64                `protobuf:"varint,5,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *StopSandboxRequest) Reset() {
+	*x = StopSandboxRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StopSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StopSandboxRequest) ProtoMessage() {}
+
+func (x *StopSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StopSandboxRequest.ProtoReflect.Descriptor instead.
+func (*StopSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *StopSandboxRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *StopSandboxRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StopSandboxRequest) GetGrace() *durationpb.Duration {
+	if x != nil {
+		return x.Grace
+	}
+	return nil
+}
+
+func (x *StopSandboxRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *StopSandboxRequest) GetResourceVersion() int64 {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return 0
+}
+
+type StartSandboxRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Workspace       string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Name            string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Wait            bool                   `protobuf:"varint,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	ResourceVersion int64                  `protobuf:"varint,4,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	// Apply only while spec.run_generation is this (0: no precondition):
+	// shoal sandbox restart starts only what its own stop stopped, whatever
+	// else (a label) was written in between.
+	RunGeneration int64 `protobuf:"varint,5,opt,name=run_generation,json=runGeneration,proto3" json:"run_generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartSandboxRequest) Reset() {
+	*x = StartSandboxRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartSandboxRequest) ProtoMessage() {}
+
+func (x *StartSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartSandboxRequest.ProtoReflect.Descriptor instead.
+func (*StartSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *StartSandboxRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *StartSandboxRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *StartSandboxRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+func (x *StartSandboxRequest) GetResourceVersion() int64 {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return 0
+}
+
+func (x *StartSandboxRequest) GetRunGeneration() int64 {
+	if x != nil {
+		return x.RunGeneration
+	}
+	return 0
+}
+
 type CreateProviderRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Provider      *Provider              `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
@@ -2105,7 +2368,7 @@ type CreateProviderRequest struct {
 
 func (x *CreateProviderRequest) Reset() {
 	*x = CreateProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2380,7 @@ func (x *CreateProviderRequest) String() string {
 func (*CreateProviderRequest) ProtoMessage() {}
 
 func (x *CreateProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2393,7 @@ func (x *CreateProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProviderRequest.ProtoReflect.Descriptor instead.
 func (*CreateProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{25}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateProviderRequest) GetProvider() *Provider {
@@ -2150,7 +2413,7 @@ type GetProviderRequest struct {
 
 func (x *GetProviderRequest) Reset() {
 	*x = GetProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2162,7 +2425,7 @@ func (x *GetProviderRequest) String() string {
 func (*GetProviderRequest) ProtoMessage() {}
 
 func (x *GetProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2175,7 +2438,7 @@ func (x *GetProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProviderRequest.ProtoReflect.Descriptor instead.
 func (*GetProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{26}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetProviderRequest) GetWorkspace() string {
@@ -2203,7 +2466,7 @@ type ListProvidersRequest struct {
 
 func (x *ListProvidersRequest) Reset() {
 	*x = ListProvidersRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2215,7 +2478,7 @@ func (x *ListProvidersRequest) String() string {
 func (*ListProvidersRequest) ProtoMessage() {}
 
 func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2228,7 +2491,7 @@ func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersRequest.ProtoReflect.Descriptor instead.
 func (*ListProvidersRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{27}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListProvidersRequest) GetWorkspace() string {
@@ -2265,7 +2528,7 @@ type ListProvidersResponse struct {
 
 func (x *ListProvidersResponse) Reset() {
 	*x = ListProvidersResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2277,7 +2540,7 @@ func (x *ListProvidersResponse) String() string {
 func (*ListProvidersResponse) ProtoMessage() {}
 
 func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2290,7 +2553,7 @@ func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersResponse.ProtoReflect.Descriptor instead.
 func (*ListProvidersResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{28}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListProvidersResponse) GetItems() []*Provider {
@@ -2340,7 +2603,7 @@ type UpdateProviderRequest struct {
 
 func (x *UpdateProviderRequest) Reset() {
 	*x = UpdateProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2615,7 @@ func (x *UpdateProviderRequest) String() string {
 func (*UpdateProviderRequest) ProtoMessage() {}
 
 func (x *UpdateProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2628,7 @@ func (x *UpdateProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateProviderRequest.ProtoReflect.Descriptor instead.
 func (*UpdateProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{29}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *UpdateProviderRequest) GetProvider() *Provider {
@@ -2423,7 +2686,7 @@ type DeleteProviderRequest struct {
 
 func (x *DeleteProviderRequest) Reset() {
 	*x = DeleteProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2698,7 @@ func (x *DeleteProviderRequest) String() string {
 func (*DeleteProviderRequest) ProtoMessage() {}
 
 func (x *DeleteProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2711,7 @@ func (x *DeleteProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProviderRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{30}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DeleteProviderRequest) GetWorkspace() string {
@@ -2491,7 +2754,7 @@ type DeleteProviderResponse struct {
 
 func (x *DeleteProviderResponse) Reset() {
 	*x = DeleteProviderResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2503,7 +2766,7 @@ func (x *DeleteProviderResponse) String() string {
 func (*DeleteProviderResponse) ProtoMessage() {}
 
 func (x *DeleteProviderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2516,7 +2779,7 @@ func (x *DeleteProviderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProviderResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProviderResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{31}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DeleteProviderResponse) GetDeleted() bool {
@@ -2571,7 +2834,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2583,7 +2846,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2596,7 +2859,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{32}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Node) GetName() string {
@@ -2710,7 +2973,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2722,7 +2985,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2735,7 +2998,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{33}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *NodeStatus) GetReady() bool {
@@ -2781,7 +3044,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +3056,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +3069,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{34}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{36}
 }
 
 type ListNodesResponse struct {
@@ -2818,7 +3081,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +3093,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +3106,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{35}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListNodesResponse) GetItems() []*Node {
@@ -2862,7 +3125,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2874,7 +3137,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2887,7 +3150,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{36}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetNodeRequest) GetName() string {
@@ -2908,7 +3171,7 @@ type CordonNodeRequest struct {
 
 func (x *CordonNodeRequest) Reset() {
 	*x = CordonNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3183,7 @@ func (x *CordonNodeRequest) String() string {
 func (*CordonNodeRequest) ProtoMessage() {}
 
 func (x *CordonNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3196,7 @@ func (x *CordonNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CordonNodeRequest.ProtoReflect.Descriptor instead.
 func (*CordonNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{37}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CordonNodeRequest) GetName() string {
@@ -2959,7 +3222,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2971,7 +3234,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2984,7 +3247,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{38}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveNodeRequest) GetName() string {
@@ -3004,7 +3267,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3016,7 +3279,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3029,7 +3292,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{39}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveNodeResponse) GetSandboxes() []string {
@@ -3050,7 +3313,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3062,7 +3325,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3075,7 +3338,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{40}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DrainNodeRequest) GetName() string {
@@ -3103,7 +3366,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3378,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3391,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{41}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -3153,7 +3416,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3428,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3441,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{42}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{44}
 }
 
 type Member struct {
@@ -3202,7 +3465,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3477,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3490,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{43}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Member) GetName() string {
@@ -3325,7 +3588,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +3600,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +3613,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{44}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ClusterStatus) GetMembers() []*Member {
@@ -3403,7 +3666,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3678,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3691,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{45}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{47}
 }
 
 type ListMembersResponse struct {
@@ -3440,7 +3703,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3452,7 +3715,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3465,7 +3728,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{46}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3487,7 +3750,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3762,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3775,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{47}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *AddMemberRequest) GetName() string {
@@ -3547,7 +3810,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3559,7 +3822,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3572,7 +3835,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{48}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -3599,7 +3862,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3611,7 +3874,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3624,7 +3887,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{49}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RemoveMemberRequest) GetName() string {
@@ -3643,7 +3906,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +3918,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +3931,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{50}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PromoteMemberRequest) GetName() string {
@@ -3686,7 +3949,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3698,7 +3961,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3711,7 +3974,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{51}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{53}
 }
 
 type RotateEncryptionKeyRequest struct {
@@ -3724,7 +3987,7 @@ type RotateEncryptionKeyRequest struct {
 
 func (x *RotateEncryptionKeyRequest) Reset() {
 	*x = RotateEncryptionKeyRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3736,7 +3999,7 @@ func (x *RotateEncryptionKeyRequest) String() string {
 func (*RotateEncryptionKeyRequest) ProtoMessage() {}
 
 func (x *RotateEncryptionKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3749,7 +4012,7 @@ func (x *RotateEncryptionKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateEncryptionKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateEncryptionKeyRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{52}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RotateEncryptionKeyRequest) GetWorkspace() string {
@@ -3778,7 +4041,7 @@ type RotateEncryptionKeyResponse struct {
 
 func (x *RotateEncryptionKeyResponse) Reset() {
 	*x = RotateEncryptionKeyResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3790,7 +4053,7 @@ func (x *RotateEncryptionKeyResponse) String() string {
 func (*RotateEncryptionKeyResponse) ProtoMessage() {}
 
 func (x *RotateEncryptionKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3803,7 +4066,7 @@ func (x *RotateEncryptionKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateEncryptionKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateEncryptionKeyResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{53}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RotateEncryptionKeyResponse) GetKey() string {
@@ -3850,7 +4113,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3862,7 +4125,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3875,7 +4138,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{54}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -3914,8 +4177,9 @@ type Event struct {
 	// "api", "agent" or "leader".
 	ReportingNode string `protobuf:"bytes,9,opt,name=reporting_node,json=reportingNode,proto3" json:"reporting_node,omitempty"`
 	Reporter      string `protobuf:"bytes,10,opt,name=reporter,proto3" json:"reporter,omitempty"`
-	// The first and last time it happened, and how often: repeats of an
-	// event within 10 minutes are coalesced into one.
+	// The first and last time it happened, and how often: an unbroken run
+	// of repeats (the same reason, message and details, recorded by one node
+	// within 10 minutes) is one event.
 	FirstTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=first_time,json=firstTime,proto3" json:"first_time,omitempty"`
 	LastTime  *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=last_time,json=lastTime,proto3" json:"last_time,omitempty"`
 	Count     int32                  `protobuf:"varint,13,opt,name=count,proto3" json:"count,omitempty"`
@@ -3929,7 +4193,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3941,7 +4205,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3954,7 +4218,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{55}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Event) GetWorkspace() string {
@@ -4084,7 +4348,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4096,7 +4360,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4109,7 +4373,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{56}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListEventsRequest) GetWorkspace() string {
@@ -4162,7 +4426,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[57]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4174,7 +4438,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[57]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4187,7 +4451,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{57}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListEventsResponse) GetItems() []*Event {
@@ -4228,7 +4492,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[58]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4240,7 +4504,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[58]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4253,7 +4517,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{58}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WatchEventsRequest) GetWorkspace() string {
@@ -4316,7 +4580,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\tResources\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\x03R\tcpuMillis\x12!\n" +
-	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\"\xc1\x03\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\"\xd3\x04\n" +
 	"\vSandboxSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x120\n" +
@@ -4325,7 +4589,12 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\tresources\x18\x05 \x01(\v2\x13.shoal.v1.ResourcesR\tresources\x12\x12\n" +
 	"\x04node\x18\x06 \x01(\tR\x04node\x12L\n" +
 	"\rnode_selector\x18\a \x03(\v2'.shoal.v1.SandboxSpec.NodeSelectorEntryR\fnodeSelector\x12$\n" +
-	"\x0eread_only_root\x18\b \x01(\bR\freadOnlyRoot\x1a6\n" +
+	"\x0eread_only_root\x18\b \x01(\bR\freadOnlyRoot\x12/\n" +
+	"\trun_state\x18\t \x01(\x0e2\x12.shoal.v1.RunStateR\brunState\x12%\n" +
+	"\x0erun_generation\x18\n" +
+	" \x01(\x03R\rrunGeneration\x128\n" +
+	"\n" +
+	"stop_grace\x18\v \x01(\v2\x19.google.protobuf.DurationR\tstopGrace\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
@@ -4337,7 +4606,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12L\n" +
-	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\xe0\x01\n" +
+	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\x98\x02\n" +
 	"\rSandboxStatus\x12,\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x16.shoal.v1.SandboxPhaseR\x05phase\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12!\n" +
@@ -4346,7 +4615,8 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\n" +
 	"conditions\x18\x05 \x03(\v2\x13.shoal.v1.ConditionR\n" +
 	"conditions\x12\x18\n" +
-	"\amessage\x18\x06 \x01(\tR\amessage\"\x8f\x01\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x126\n" +
+	"\x17observed_run_generation\x18\a \x01(\x03R\x15observedRunGeneration\"\x8f\x01\n" +
 	"\aSandbox\x12(\n" +
 	"\x04meta\x18\x01 \x01(\v2\x14.shoal.v1.ObjectMetaR\x04meta\x12)\n" +
 	"\x04spec\x18\x02 \x01(\v2\x15.shoal.v1.SandboxSpecR\x04spec\x12/\n" +
@@ -4462,7 +4732,19 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x15DetachProviderRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
-	"\bprovider\x18\x03 \x01(\tR\bprovider\"G\n" +
+	"\bprovider\x18\x03 \x01(\tR\bprovider\"\xb6\x01\n" +
+	"\x12StopSandboxRequest\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12/\n" +
+	"\x05grace\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05grace\x12\x12\n" +
+	"\x04wait\x18\x04 \x01(\bR\x04wait\x12)\n" +
+	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion\"\xad\x01\n" +
+	"\x13StartSandboxRequest\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04wait\x18\x03 \x01(\bR\x04wait\x12)\n" +
+	"\x10resource_version\x18\x04 \x01(\x03R\x0fresourceVersion\x12%\n" +
+	"\x0erun_generation\x18\x05 \x01(\x03R\rrunGeneration\"G\n" +
 	"\x15CreateProviderRequest\x12.\n" +
 	"\bprovider\x18\x01 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\"F\n" +
 	"\x12GetProviderRequest\x12\x1c\n" +
@@ -4628,7 +4910,11 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\vsandbox_uid\x18\x03 \x01(\tR\n" +
 	"sandboxUid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12)\n" +
-	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion*\x89\x01\n" +
+	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion*S\n" +
+	"\bRunState\x12\x19\n" +
+	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11RUN_STATE_RUNNING\x10\x01\x12\x15\n" +
+	"\x11RUN_STATE_STOPPED\x10\x02*\xa5\x01\n" +
 	"\fSandboxPhase\x12\x1d\n" +
 	"\x19SANDBOX_PHASE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fPROVISIONING\x10\x01\x12\t\n" +
@@ -4638,7 +4924,9 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\bDELETING\x10\x05\x12\n" +
 	"\n" +
 	"\x06PAUSED\x10\x06\x12\v\n" +
-	"\aUNKNOWN\x10\a*m\n" +
+	"\aUNKNOWN\x10\a\x12\f\n" +
+	"\bSTOPPING\x10\b\x12\f\n" +
+	"\bSTARTING\x10\t*m\n" +
 	"\fProviderType\x12\x1d\n" +
 	"\x19PROVIDER_TYPE_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
@@ -4658,7 +4946,8 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x1aEVENT_SEVERITY_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
 	"\x06NORMAL\x10\x01\x12\v\n" +
-	"\aWARNING\x10\x022\xf4\t\n" +
+	"\aWARNING\x10\x022\xf6\n" +
+	"\n" +
 	"\x05Shoal\x12B\n" +
 	"\rCreateSandbox\x12\x1e.shoal.v1.CreateSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12<\n" +
 	"\n" +
@@ -4671,7 +4960,9 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x0fExecInteractive\x12\x13.shoal.v1.ExecInput\x1a\x13.shoal.v1.ExecChunk(\x010\x01\x124\n" +
 	"\x04Logs\x12\x15.shoal.v1.LogsRequest\x1a\x13.shoal.v1.LogsChunk0\x01\x12D\n" +
 	"\x0eAttachProvider\x12\x1f.shoal.v1.AttachProviderRequest\x1a\x11.shoal.v1.Sandbox\x12D\n" +
-	"\x0eDetachProvider\x12\x1f.shoal.v1.DetachProviderRequest\x1a\x11.shoal.v1.Sandbox\x12E\n" +
+	"\x0eDetachProvider\x12\x1f.shoal.v1.DetachProviderRequest\x1a\x11.shoal.v1.Sandbox\x12>\n" +
+	"\vStopSandbox\x12\x1c.shoal.v1.StopSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12@\n" +
+	"\fStartSandbox\x12\x1d.shoal.v1.StartSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12E\n" +
 	"\x0eCreateProvider\x12\x1f.shoal.v1.CreateProviderRequest\x1a\x12.shoal.v1.Provider\x12?\n" +
 	"\vGetProvider\x12\x1c.shoal.v1.GetProviderRequest\x1a\x12.shoal.v1.Provider\x12P\n" +
 	"\rListProviders\x12\x1e.shoal.v1.ListProvidersRequest\x1a\x1f.shoal.v1.ListProvidersResponse\x12E\n" +
@@ -4708,204 +4999,214 @@ func file_shoal_v1_shoal_proto_rawDescGZIP() []byte {
 	return file_shoal_v1_shoal_proto_rawDescData
 }
 
-var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_shoal_v1_shoal_proto_goTypes = []any{
-	(SandboxPhase)(0),                   // 0: shoal.v1.SandboxPhase
-	(ProviderType)(0),                   // 1: shoal.v1.ProviderType
-	(EventType)(0),                      // 2: shoal.v1.EventType
-	(EventSeverity)(0),                  // 3: shoal.v1.EventSeverity
-	(*ObjectMeta)(nil),                  // 4: shoal.v1.ObjectMeta
-	(*Resources)(nil),                   // 5: shoal.v1.Resources
-	(*SandboxSpec)(nil),                 // 6: shoal.v1.SandboxSpec
-	(*Condition)(nil),                   // 7: shoal.v1.Condition
-	(*SandboxStatus)(nil),               // 8: shoal.v1.SandboxStatus
-	(*Sandbox)(nil),                     // 9: shoal.v1.Sandbox
-	(*Provider)(nil),                    // 10: shoal.v1.Provider
-	(*Preconditions)(nil),               // 11: shoal.v1.Preconditions
-	(*CreateSandboxRequest)(nil),        // 12: shoal.v1.CreateSandboxRequest
-	(*GetSandboxRequest)(nil),           // 13: shoal.v1.GetSandboxRequest
-	(*ListSandboxesRequest)(nil),        // 14: shoal.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),       // 15: shoal.v1.ListSandboxesResponse
-	(*UpdateSandboxRequest)(nil),        // 16: shoal.v1.UpdateSandboxRequest
-	(*DeleteSandboxRequest)(nil),        // 17: shoal.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),       // 18: shoal.v1.DeleteSandboxResponse
-	(*WatchSandboxesRequest)(nil),       // 19: shoal.v1.WatchSandboxesRequest
-	(*WatchEvent)(nil),                  // 20: shoal.v1.WatchEvent
-	(*ExecRequest)(nil),                 // 21: shoal.v1.ExecRequest
-	(*TerminalSize)(nil),                // 22: shoal.v1.TerminalSize
-	(*ExecInput)(nil),                   // 23: shoal.v1.ExecInput
-	(*ExecChunk)(nil),                   // 24: shoal.v1.ExecChunk
-	(*LogsRequest)(nil),                 // 25: shoal.v1.LogsRequest
-	(*LogsChunk)(nil),                   // 26: shoal.v1.LogsChunk
-	(*AttachProviderRequest)(nil),       // 27: shoal.v1.AttachProviderRequest
-	(*DetachProviderRequest)(nil),       // 28: shoal.v1.DetachProviderRequest
-	(*CreateProviderRequest)(nil),       // 29: shoal.v1.CreateProviderRequest
-	(*GetProviderRequest)(nil),          // 30: shoal.v1.GetProviderRequest
-	(*ListProvidersRequest)(nil),        // 31: shoal.v1.ListProvidersRequest
-	(*ListProvidersResponse)(nil),       // 32: shoal.v1.ListProvidersResponse
-	(*UpdateProviderRequest)(nil),       // 33: shoal.v1.UpdateProviderRequest
-	(*DeleteProviderRequest)(nil),       // 34: shoal.v1.DeleteProviderRequest
-	(*DeleteProviderResponse)(nil),      // 35: shoal.v1.DeleteProviderResponse
-	(*Node)(nil),                        // 36: shoal.v1.Node
-	(*NodeStatus)(nil),                  // 37: shoal.v1.NodeStatus
-	(*ListNodesRequest)(nil),            // 38: shoal.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 39: shoal.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),              // 40: shoal.v1.GetNodeRequest
-	(*CordonNodeRequest)(nil),           // 41: shoal.v1.CordonNodeRequest
-	(*RemoveNodeRequest)(nil),           // 42: shoal.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 43: shoal.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),            // 44: shoal.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),           // 45: shoal.v1.DrainNodeResponse
-	(*ClusterStatusRequest)(nil),        // 46: shoal.v1.ClusterStatusRequest
-	(*Member)(nil),                      // 47: shoal.v1.Member
-	(*ClusterStatus)(nil),               // 48: shoal.v1.ClusterStatus
-	(*ListMembersRequest)(nil),          // 49: shoal.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),         // 50: shoal.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),            // 51: shoal.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),           // 52: shoal.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),         // 53: shoal.v1.RemoveMemberRequest
-	(*PromoteMemberRequest)(nil),        // 54: shoal.v1.PromoteMemberRequest
-	(*SnapshotRequest)(nil),             // 55: shoal.v1.SnapshotRequest
-	(*RotateEncryptionKeyRequest)(nil),  // 56: shoal.v1.RotateEncryptionKeyRequest
-	(*RotateEncryptionKeyResponse)(nil), // 57: shoal.v1.RotateEncryptionKeyResponse
-	(*SnapshotChunk)(nil),               // 58: shoal.v1.SnapshotChunk
-	(*Event)(nil),                       // 59: shoal.v1.Event
-	(*ListEventsRequest)(nil),           // 60: shoal.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 61: shoal.v1.ListEventsResponse
-	(*WatchEventsRequest)(nil),          // 62: shoal.v1.WatchEventsRequest
-	nil,                                 // 63: shoal.v1.ObjectMeta.LabelsEntry
-	nil,                                 // 64: shoal.v1.ObjectMeta.AnnotationsEntry
-	nil,                                 // 65: shoal.v1.SandboxSpec.EnvEntry
-	nil,                                 // 66: shoal.v1.SandboxSpec.NodeSelectorEntry
-	nil,                                 // 67: shoal.v1.Provider.CredentialsEntry
-	nil,                                 // 68: shoal.v1.Provider.ConfigEntry
-	nil,                                 // 69: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	nil,                                 // 70: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	nil,                                 // 71: shoal.v1.ExecRequest.EnvEntry
-	nil,                                 // 72: shoal.v1.Node.LabelsEntry
-	nil,                                 // 73: shoal.v1.Event.DetailsEntry
-	(*timestamppb.Timestamp)(nil),       // 74: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 75: google.protobuf.Duration
+	(RunState)(0),                       // 0: shoal.v1.RunState
+	(SandboxPhase)(0),                   // 1: shoal.v1.SandboxPhase
+	(ProviderType)(0),                   // 2: shoal.v1.ProviderType
+	(EventType)(0),                      // 3: shoal.v1.EventType
+	(EventSeverity)(0),                  // 4: shoal.v1.EventSeverity
+	(*ObjectMeta)(nil),                  // 5: shoal.v1.ObjectMeta
+	(*Resources)(nil),                   // 6: shoal.v1.Resources
+	(*SandboxSpec)(nil),                 // 7: shoal.v1.SandboxSpec
+	(*Condition)(nil),                   // 8: shoal.v1.Condition
+	(*SandboxStatus)(nil),               // 9: shoal.v1.SandboxStatus
+	(*Sandbox)(nil),                     // 10: shoal.v1.Sandbox
+	(*Provider)(nil),                    // 11: shoal.v1.Provider
+	(*Preconditions)(nil),               // 12: shoal.v1.Preconditions
+	(*CreateSandboxRequest)(nil),        // 13: shoal.v1.CreateSandboxRequest
+	(*GetSandboxRequest)(nil),           // 14: shoal.v1.GetSandboxRequest
+	(*ListSandboxesRequest)(nil),        // 15: shoal.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 16: shoal.v1.ListSandboxesResponse
+	(*UpdateSandboxRequest)(nil),        // 17: shoal.v1.UpdateSandboxRequest
+	(*DeleteSandboxRequest)(nil),        // 18: shoal.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 19: shoal.v1.DeleteSandboxResponse
+	(*WatchSandboxesRequest)(nil),       // 20: shoal.v1.WatchSandboxesRequest
+	(*WatchEvent)(nil),                  // 21: shoal.v1.WatchEvent
+	(*ExecRequest)(nil),                 // 22: shoal.v1.ExecRequest
+	(*TerminalSize)(nil),                // 23: shoal.v1.TerminalSize
+	(*ExecInput)(nil),                   // 24: shoal.v1.ExecInput
+	(*ExecChunk)(nil),                   // 25: shoal.v1.ExecChunk
+	(*LogsRequest)(nil),                 // 26: shoal.v1.LogsRequest
+	(*LogsChunk)(nil),                   // 27: shoal.v1.LogsChunk
+	(*AttachProviderRequest)(nil),       // 28: shoal.v1.AttachProviderRequest
+	(*DetachProviderRequest)(nil),       // 29: shoal.v1.DetachProviderRequest
+	(*StopSandboxRequest)(nil),          // 30: shoal.v1.StopSandboxRequest
+	(*StartSandboxRequest)(nil),         // 31: shoal.v1.StartSandboxRequest
+	(*CreateProviderRequest)(nil),       // 32: shoal.v1.CreateProviderRequest
+	(*GetProviderRequest)(nil),          // 33: shoal.v1.GetProviderRequest
+	(*ListProvidersRequest)(nil),        // 34: shoal.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil),       // 35: shoal.v1.ListProvidersResponse
+	(*UpdateProviderRequest)(nil),       // 36: shoal.v1.UpdateProviderRequest
+	(*DeleteProviderRequest)(nil),       // 37: shoal.v1.DeleteProviderRequest
+	(*DeleteProviderResponse)(nil),      // 38: shoal.v1.DeleteProviderResponse
+	(*Node)(nil),                        // 39: shoal.v1.Node
+	(*NodeStatus)(nil),                  // 40: shoal.v1.NodeStatus
+	(*ListNodesRequest)(nil),            // 41: shoal.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 42: shoal.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),              // 43: shoal.v1.GetNodeRequest
+	(*CordonNodeRequest)(nil),           // 44: shoal.v1.CordonNodeRequest
+	(*RemoveNodeRequest)(nil),           // 45: shoal.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 46: shoal.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),            // 47: shoal.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),           // 48: shoal.v1.DrainNodeResponse
+	(*ClusterStatusRequest)(nil),        // 49: shoal.v1.ClusterStatusRequest
+	(*Member)(nil),                      // 50: shoal.v1.Member
+	(*ClusterStatus)(nil),               // 51: shoal.v1.ClusterStatus
+	(*ListMembersRequest)(nil),          // 52: shoal.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),         // 53: shoal.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),            // 54: shoal.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),           // 55: shoal.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),         // 56: shoal.v1.RemoveMemberRequest
+	(*PromoteMemberRequest)(nil),        // 57: shoal.v1.PromoteMemberRequest
+	(*SnapshotRequest)(nil),             // 58: shoal.v1.SnapshotRequest
+	(*RotateEncryptionKeyRequest)(nil),  // 59: shoal.v1.RotateEncryptionKeyRequest
+	(*RotateEncryptionKeyResponse)(nil), // 60: shoal.v1.RotateEncryptionKeyResponse
+	(*SnapshotChunk)(nil),               // 61: shoal.v1.SnapshotChunk
+	(*Event)(nil),                       // 62: shoal.v1.Event
+	(*ListEventsRequest)(nil),           // 63: shoal.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 64: shoal.v1.ListEventsResponse
+	(*WatchEventsRequest)(nil),          // 65: shoal.v1.WatchEventsRequest
+	nil,                                 // 66: shoal.v1.ObjectMeta.LabelsEntry
+	nil,                                 // 67: shoal.v1.ObjectMeta.AnnotationsEntry
+	nil,                                 // 68: shoal.v1.SandboxSpec.EnvEntry
+	nil,                                 // 69: shoal.v1.SandboxSpec.NodeSelectorEntry
+	nil,                                 // 70: shoal.v1.Provider.CredentialsEntry
+	nil,                                 // 71: shoal.v1.Provider.ConfigEntry
+	nil,                                 // 72: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	nil,                                 // 73: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	nil,                                 // 74: shoal.v1.ExecRequest.EnvEntry
+	nil,                                 // 75: shoal.v1.Node.LabelsEntry
+	nil,                                 // 76: shoal.v1.Event.DetailsEntry
+	(*timestamppb.Timestamp)(nil),       // 77: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 78: google.protobuf.Duration
 }
 var file_shoal_v1_shoal_proto_depIdxs = []int32{
-	63, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
-	64, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
-	74, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
-	74, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	65, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
-	5,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
-	66, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
-	74, // 7: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	0,  // 8: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
-	7,  // 9: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
-	4,  // 10: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
-	6,  // 11: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
-	8,  // 12: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
-	4,  // 13: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
-	1,  // 14: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
-	67, // 15: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
-	68, // 16: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
-	9,  // 17: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
-	9,  // 18: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
-	69, // 19: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	70, // 20: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	11, // 21: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
-	9,  // 22: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
-	2,  // 23: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
-	9,  // 24: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
-	71, // 25: shoal.v1.ExecRequest.env:type_name -> shoal.v1.ExecRequest.EnvEntry
-	75, // 26: shoal.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	22, // 27: shoal.v1.ExecRequest.terminal_size:type_name -> shoal.v1.TerminalSize
-	21, // 28: shoal.v1.ExecInput.start:type_name -> shoal.v1.ExecRequest
-	22, // 29: shoal.v1.ExecInput.resize:type_name -> shoal.v1.TerminalSize
-	10, // 30: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
-	10, // 31: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
-	10, // 32: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
-	11, // 33: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
-	10, // 34: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
-	72, // 35: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
-	74, // 36: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
-	37, // 37: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
-	7,  // 38: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
-	74, // 39: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	36, // 40: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
-	36, // 41: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
-	47, // 42: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
-	74, // 43: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
-	74, // 44: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
-	47, // 45: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
-	47, // 46: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
-	3,  // 47: shoal.v1.Event.severity:type_name -> shoal.v1.EventSeverity
-	73, // 48: shoal.v1.Event.details:type_name -> shoal.v1.Event.DetailsEntry
-	74, // 49: shoal.v1.Event.first_time:type_name -> google.protobuf.Timestamp
-	74, // 50: shoal.v1.Event.last_time:type_name -> google.protobuf.Timestamp
-	59, // 51: shoal.v1.ListEventsResponse.items:type_name -> shoal.v1.Event
-	12, // 52: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
-	13, // 53: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
-	14, // 54: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
-	16, // 55: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
-	17, // 56: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
-	19, // 57: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
-	21, // 58: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
-	23, // 59: shoal.v1.Shoal.ExecInteractive:input_type -> shoal.v1.ExecInput
-	25, // 60: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
-	27, // 61: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
-	28, // 62: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
-	29, // 63: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
-	30, // 64: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
-	31, // 65: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
-	33, // 66: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
-	34, // 67: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
-	60, // 68: shoal.v1.Shoal.ListEvents:input_type -> shoal.v1.ListEventsRequest
-	62, // 69: shoal.v1.Shoal.WatchEvents:input_type -> shoal.v1.WatchEventsRequest
-	38, // 70: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
-	40, // 71: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
-	41, // 72: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
-	42, // 73: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
-	44, // 74: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
-	46, // 75: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
-	49, // 76: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
-	51, // 77: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
-	53, // 78: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
-	54, // 79: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
-	55, // 80: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
-	56, // 81: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
-	9,  // 82: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
-	9,  // 83: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
-	15, // 84: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
-	9,  // 85: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
-	18, // 86: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
-	20, // 87: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	24, // 88: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
-	24, // 89: shoal.v1.Shoal.ExecInteractive:output_type -> shoal.v1.ExecChunk
-	26, // 90: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
-	9,  // 91: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
-	9,  // 92: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
-	10, // 93: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
-	10, // 94: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
-	32, // 95: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
-	10, // 96: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
-	35, // 97: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
-	61, // 98: shoal.v1.Shoal.ListEvents:output_type -> shoal.v1.ListEventsResponse
-	59, // 99: shoal.v1.Shoal.WatchEvents:output_type -> shoal.v1.Event
-	39, // 100: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
-	36, // 101: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
-	36, // 102: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
-	43, // 103: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
-	45, // 104: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
-	48, // 105: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
-	50, // 106: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
-	52, // 107: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
-	50, // 108: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
-	50, // 109: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
-	58, // 110: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
-	57, // 111: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
-	82, // [82:112] is the sub-list for method output_type
-	52, // [52:82] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	66, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
+	67, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
+	77, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
+	77, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	68, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
+	6,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
+	69, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
+	0,  // 7: shoal.v1.SandboxSpec.run_state:type_name -> shoal.v1.RunState
+	78, // 8: shoal.v1.SandboxSpec.stop_grace:type_name -> google.protobuf.Duration
+	77, // 9: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	1,  // 10: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
+	8,  // 11: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
+	5,  // 12: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
+	7,  // 13: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
+	9,  // 14: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
+	5,  // 15: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
+	2,  // 16: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
+	70, // 17: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
+	71, // 18: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
+	10, // 19: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
+	10, // 20: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
+	72, // 21: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	73, // 22: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	12, // 23: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
+	10, // 24: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
+	3,  // 25: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
+	10, // 26: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
+	74, // 27: shoal.v1.ExecRequest.env:type_name -> shoal.v1.ExecRequest.EnvEntry
+	78, // 28: shoal.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	23, // 29: shoal.v1.ExecRequest.terminal_size:type_name -> shoal.v1.TerminalSize
+	22, // 30: shoal.v1.ExecInput.start:type_name -> shoal.v1.ExecRequest
+	23, // 31: shoal.v1.ExecInput.resize:type_name -> shoal.v1.TerminalSize
+	78, // 32: shoal.v1.StopSandboxRequest.grace:type_name -> google.protobuf.Duration
+	11, // 33: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
+	11, // 34: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
+	11, // 35: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
+	12, // 36: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
+	11, // 37: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
+	75, // 38: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
+	77, // 39: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
+	40, // 40: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
+	8,  // 41: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
+	77, // 42: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	39, // 43: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
+	39, // 44: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
+	50, // 45: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
+	77, // 46: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
+	77, // 47: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
+	50, // 48: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
+	50, // 49: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
+	4,  // 50: shoal.v1.Event.severity:type_name -> shoal.v1.EventSeverity
+	76, // 51: shoal.v1.Event.details:type_name -> shoal.v1.Event.DetailsEntry
+	77, // 52: shoal.v1.Event.first_time:type_name -> google.protobuf.Timestamp
+	77, // 53: shoal.v1.Event.last_time:type_name -> google.protobuf.Timestamp
+	62, // 54: shoal.v1.ListEventsResponse.items:type_name -> shoal.v1.Event
+	13, // 55: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
+	14, // 56: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
+	15, // 57: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
+	17, // 58: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
+	18, // 59: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
+	20, // 60: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
+	22, // 61: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
+	24, // 62: shoal.v1.Shoal.ExecInteractive:input_type -> shoal.v1.ExecInput
+	26, // 63: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
+	28, // 64: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
+	29, // 65: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
+	30, // 66: shoal.v1.Shoal.StopSandbox:input_type -> shoal.v1.StopSandboxRequest
+	31, // 67: shoal.v1.Shoal.StartSandbox:input_type -> shoal.v1.StartSandboxRequest
+	32, // 68: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
+	33, // 69: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
+	34, // 70: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
+	36, // 71: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
+	37, // 72: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
+	63, // 73: shoal.v1.Shoal.ListEvents:input_type -> shoal.v1.ListEventsRequest
+	65, // 74: shoal.v1.Shoal.WatchEvents:input_type -> shoal.v1.WatchEventsRequest
+	41, // 75: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
+	43, // 76: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
+	44, // 77: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
+	45, // 78: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
+	47, // 79: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
+	49, // 80: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
+	52, // 81: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
+	54, // 82: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
+	56, // 83: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
+	57, // 84: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
+	58, // 85: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
+	59, // 86: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
+	10, // 87: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
+	10, // 88: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
+	16, // 89: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
+	10, // 90: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
+	19, // 91: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
+	21, // 92: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
+	25, // 93: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
+	25, // 94: shoal.v1.Shoal.ExecInteractive:output_type -> shoal.v1.ExecChunk
+	27, // 95: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
+	10, // 96: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
+	10, // 97: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
+	10, // 98: shoal.v1.Shoal.StopSandbox:output_type -> shoal.v1.Sandbox
+	10, // 99: shoal.v1.Shoal.StartSandbox:output_type -> shoal.v1.Sandbox
+	11, // 100: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
+	11, // 101: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
+	35, // 102: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
+	11, // 103: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
+	38, // 104: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
+	64, // 105: shoal.v1.Shoal.ListEvents:output_type -> shoal.v1.ListEventsResponse
+	62, // 106: shoal.v1.Shoal.WatchEvents:output_type -> shoal.v1.Event
+	42, // 107: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
+	39, // 108: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
+	39, // 109: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
+	46, // 110: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
+	48, // 111: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
+	51, // 112: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
+	53, // 113: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
+	55, // 114: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
+	53, // 115: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
+	53, // 116: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
+	61, // 117: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
+	60, // 118: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
+	87, // [87:119] is the sub-list for method output_type
+	55, // [55:87] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_shoal_v1_shoal_proto_init() }
@@ -4924,8 +5225,8 @@ func file_shoal_v1_shoal_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shoal_v1_shoal_proto_rawDesc), len(file_shoal_v1_shoal_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   70,
+			NumEnums:      5,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -36,6 +36,8 @@ const (
 	Shoal_Logs_FullMethodName            = "/shoal.v1.Shoal/Logs"
 	Shoal_AttachProvider_FullMethodName  = "/shoal.v1.Shoal/AttachProvider"
 	Shoal_DetachProvider_FullMethodName  = "/shoal.v1.Shoal/DetachProvider"
+	Shoal_StopSandbox_FullMethodName     = "/shoal.v1.Shoal/StopSandbox"
+	Shoal_StartSandbox_FullMethodName    = "/shoal.v1.Shoal/StartSandbox"
 	Shoal_CreateProvider_FullMethodName  = "/shoal.v1.Shoal/CreateProvider"
 	Shoal_GetProvider_FullMethodName     = "/shoal.v1.Shoal/GetProvider"
 	Shoal_ListProviders_FullMethodName   = "/shoal.v1.Shoal/ListProviders"
@@ -70,6 +72,15 @@ type ShoalClient interface {
 	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsChunk], error)
 	AttachProvider(ctx context.Context, in *AttachProviderRequest, opts ...grpc.CallOption) (*Sandbox, error)
 	DetachProvider(ctx context.Context, in *DetachProviderRequest, opts ...grpc.CallOption) (*Sandbox, error)
+	// StopSandbox asks the owning node to stop the sandbox's container and
+	// keep it (files and all); StartSandbox to start the same container
+	// again. Both are writes of the spec through the update loop (a
+	// resource_version applies them only at that version), no-ops that
+	// succeed when the sandbox is already so, and with wait return when
+	// the agent has acted (phase STOPPED; READY, or STOPPED/ERROR if the
+	// command ended or could not start).
+	StopSandbox(ctx context.Context, in *StopSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
+	StartSandbox(ctx context.Context, in *StartSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error)
 	CreateProvider(ctx context.Context, in *CreateProviderRequest, opts ...grpc.CallOption) (*Provider, error)
 	GetProvider(ctx context.Context, in *GetProviderRequest, opts ...grpc.CallOption) (*Provider, error)
 	ListProviders(ctx context.Context, in *ListProvidersRequest, opts ...grpc.CallOption) (*ListProvidersResponse, error)
@@ -234,6 +245,26 @@ func (c *shoalClient) DetachProvider(ctx context.Context, in *DetachProviderRequ
 	return out, nil
 }
 
+func (c *shoalClient) StopSandbox(ctx context.Context, in *StopSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Sandbox)
+	err := c.cc.Invoke(ctx, Shoal_StopSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shoalClient) StartSandbox(ctx context.Context, in *StartSandboxRequest, opts ...grpc.CallOption) (*Sandbox, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Sandbox)
+	err := c.cc.Invoke(ctx, Shoal_StartSandbox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *shoalClient) CreateProvider(ctx context.Context, in *CreateProviderRequest, opts ...grpc.CallOption) (*Provider, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Provider)
@@ -338,6 +369,15 @@ type ShoalServer interface {
 	Logs(*LogsRequest, grpc.ServerStreamingServer[LogsChunk]) error
 	AttachProvider(context.Context, *AttachProviderRequest) (*Sandbox, error)
 	DetachProvider(context.Context, *DetachProviderRequest) (*Sandbox, error)
+	// StopSandbox asks the owning node to stop the sandbox's container and
+	// keep it (files and all); StartSandbox to start the same container
+	// again. Both are writes of the spec through the update loop (a
+	// resource_version applies them only at that version), no-ops that
+	// succeed when the sandbox is already so, and with wait return when
+	// the agent has acted (phase STOPPED; READY, or STOPPED/ERROR if the
+	// command ended or could not start).
+	StopSandbox(context.Context, *StopSandboxRequest) (*Sandbox, error)
+	StartSandbox(context.Context, *StartSandboxRequest) (*Sandbox, error)
 	CreateProvider(context.Context, *CreateProviderRequest) (*Provider, error)
 	GetProvider(context.Context, *GetProviderRequest) (*Provider, error)
 	ListProviders(context.Context, *ListProvidersRequest) (*ListProvidersResponse, error)
@@ -394,6 +434,12 @@ func (UnimplementedShoalServer) AttachProvider(context.Context, *AttachProviderR
 }
 func (UnimplementedShoalServer) DetachProvider(context.Context, *DetachProviderRequest) (*Sandbox, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DetachProvider not implemented")
+}
+func (UnimplementedShoalServer) StopSandbox(context.Context, *StopSandboxRequest) (*Sandbox, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method StopSandbox not implemented")
+}
+func (UnimplementedShoalServer) StartSandbox(context.Context, *StartSandboxRequest) (*Sandbox, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method StartSandbox not implemented")
 }
 func (UnimplementedShoalServer) CreateProvider(context.Context, *CreateProviderRequest) (*Provider, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CreateProvider not implemented")
@@ -603,6 +649,42 @@ func _Shoal_DetachProvider_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Shoal_StopSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StopSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShoalServer).StopSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Shoal_StopSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShoalServer).StopSandbox(ctx, req.(*StopSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Shoal_StartSandbox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartSandboxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShoalServer).StartSandbox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Shoal_StartSandbox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShoalServer).StartSandbox(ctx, req.(*StartSandboxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Shoal_CreateProvider_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateProviderRequest)
 	if err := dec(in); err != nil {
@@ -756,6 +838,14 @@ var Shoal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DetachProvider",
 			Handler:    _Shoal_DetachProvider_Handler,
+		},
+		{
+			MethodName: "StopSandbox",
+			Handler:    _Shoal_StopSandbox_Handler,
+		},
+		{
+			MethodName: "StartSandbox",
+			Handler:    _Shoal_StartSandbox_Handler,
 		},
 		{
 			MethodName: "CreateProvider",
