@@ -108,8 +108,8 @@ type Recorder struct {
 	dropped [5]atomic.Int64 // by dropReasons
 
 	// Start's goroutine alone.
-	leases    map[int64]int64 // time bucket → lease
-	latest    map[string]*series // sandbox (ws/name/uid) → the last event this node recorded of it
+	leases    map[int64]int64         // time bucket → lease
+	latest    map[string]*series      // sandbox (ws/name/uid) → the last event this node recorded of it
 	tokens    map[string]*tokenBucket // sandbox uid → its bucket
 	lastSweep time.Time
 	failures  int       // writes failed in a row
