@@ -202,6 +202,10 @@ func (r *Recorder) Record(sb *shoalv1.Sandbox, e Event) {
 	if r == nil {
 		return
 	}
+	if r.stopped.Load() {
+		r.drop(dropShutdown, 1)
+		return
+	}
 	m := sb.GetMeta()
 	if m.GetWorkspace() == "" || m.GetName() == "" || e.Once && (e.At.IsZero() || m.GetUid() == "") {
 		r.log.Error("event without a sandbox to key it by, or a Once event without its time and uid: not recorded (a bug)", "reason", e.Reason, "sandbox", m.GetName())
@@ -221,10 +225,6 @@ func (r *Recorder) Record(sb *shoalv1.Sandbox, e Event) {
 		Severity: severity(e.Reason, e.Warning), Reason: string(e.Reason), Message: truncate(e.Message, MaxMessageBytes),
 		Details: details(e.Details), Node: node, ReportingNode: r.cfg.Node, Reporter: reasons[e.Reason].reporter,
 		FirstTime: ts, LastTime: ts, Count: 1,
-	}
-	if r.stopped.Load() {
-		r.drop(dropShutdown, 1)
-		return
 	}
 	select {
 	case r.q <- queued{ev: ev, once: e.Once}:
