@@ -23,6 +23,8 @@
 //	        Fenced           the lost node's fence time passed: it has frozen its containers by now, and deletions complete without it
 //	        Removed          the record is gone (and which proof let it go: the owner's teardown, or the fence)
 //
+// There is no Pulled: a node never pulls an image (a missing one is
+// refused at create, or is the agent's Failed, in the engine's words).
 // A node never records about a sandbox it did not act on. (One freeze is
 // not recorded: that of a node process restarted while cut off, which
 // pauses its containers before it has an agent or a recorder,
