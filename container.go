@@ -2,6 +2,7 @@ package shoal
 
 import (
 	"io"
+	"io/fs"
 	"time"
 )
 
@@ -148,3 +149,16 @@ type ExecResult struct {
 // ExitTimedOut is the exit code of a command killed at its deadline, as
 // timeout(1)'s.
 const ExitTimedOut = 124
+
+// PathStat is what a runtime reports of a path in a container's
+// filesystem (its last element not followed).
+type PathStat struct {
+	// Name is the path's base name: the top-level entry of a copy of it
+	// ("." for PATH/., a directory's contents).
+	Name string
+	Size int64
+	// Mode holds the type and permission bits.
+	Mode       fs.FileMode
+	ModTime    time.Time
+	LinkTarget string
+}

@@ -134,7 +134,7 @@ func retryable(ctx context.Context, method string, err error) bool {
 		}
 	}
 	switch name {
-	case "Logs", "Status", "Snapshot":
+	case "Logs", "Status", "Snapshot", "CopyFromSandbox":
 		return true
 	}
 	return false

@@ -79,6 +79,8 @@ func objectOf(req any) string {
 	switch r := req.(type) {
 	case *shoalv1.ExecInput: // an interactive exec's first message
 		return objectOf(r.GetStart())
+	case *shoalv1.CopyToSandboxInput: // a copy's first message
+		return objectOf(r.GetStart())
 	case interface{ GetSandbox() *shoalv1.Sandbox }:
 		return meta(r.GetSandbox().GetMeta())
 	case interface{ GetProvider() *shoalv1.Provider }:

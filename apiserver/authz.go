@@ -42,6 +42,10 @@ var methodRoles = map[string][]pki.Role{
 	"/shoal.v1.Shoal/Exec":            operators,
 	"/shoal.v1.Shoal/ExecInteractive": operators,
 	"/shoal.v1.Shoal/Logs":            operators,
+	// Copies are execs by other means: copying in can replace any file
+	// the sandbox runs, copying out reads what exec reads.
+	"/shoal.v1.Shoal/CopyToSandbox":   operators,
+	"/shoal.v1.Shoal/CopyFromSandbox": operators,
 	"/shoal.v1.Shoal/AttachProvider":  operators,
 	"/shoal.v1.Shoal/DetachProvider":  operators,
 	// Credentials and the cluster itself: admins (and nodes: a joining

@@ -96,7 +96,13 @@ func (s *Server) Exec(req *shoalv1.ExecRequest, stream shoalv1.Shoal_ExecServer)
 // owner) and takes one of this node's --max-execs slots for the call;
 // release gives it back.
 func (s *Server) execSlot(ctx context.Context, req *shoalv1.ExecRequest) (id string, remote *ownerCall, release func(), err error) {
-	id, remote, err = s.container(ctx, req.Workspace, req.Name, true)
+	return s.streamSlot(ctx, req.Workspace, req.Name, true)
+}
+
+// streamSlot is execSlot for any call on a sandbox's container: running
+// says whether the container must run (an exec), or only exist (a copy).
+func (s *Server) streamSlot(ctx context.Context, w, name string, running bool) (id string, remote *ownerCall, release func(), err error) {
+	id, remote, err = s.container(ctx, w, name, running)
 	if err != nil {
 		return "", nil, nil, err
 	}

@@ -161,14 +161,21 @@ func relay[M any](o *ownerCall, self, what string, recv forwarded[M], send func(
 			return nil
 		}
 		if err != nil {
-			if o.ctx.Err() == nil && status.Code(err) == codes.Unavailable && len(recv.Trailer().Get(answeredBy)) == 0 {
-				return &shoal.Error{Kind: shoal.KindUnavailable, OwnerGone: o.node,
-					Msg: fmt.Sprintf("owner node %s went away during the %s (served by node %s): %s", o.node, what, self, status.Convert(err).Message())}
-			}
-			return err
+			return o.failed(self, what, err, recv.Trailer())
 		}
 		if err := send(m); err != nil {
 			return err
 		}
 	}
+}
+
+// failed is the error of a forwarded call that ended with err and
+// trailer: the owner's status as it sent it, or, when there is none (no
+// answeredBy trailer), the owner's going away, by name.
+func (o *ownerCall) failed(self, what string, err error, trailer metadata.MD) error {
+	if o.ctx.Err() == nil && status.Code(err) == codes.Unavailable && len(trailer.Get(answeredBy)) == 0 {
+		return &shoal.Error{Kind: shoal.KindUnavailable, OwnerGone: o.node,
+			Msg: fmt.Sprintf("owner node %s went away during the %s (served by node %s): %s", o.node, what, self, status.Convert(err).Message())}
+	}
+	return err
 }

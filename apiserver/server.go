@@ -29,6 +29,15 @@ import (
 type Runtime interface {
 	Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdout, stderr io.Writer) (shoal.ExecResult, error)
 	Logs(ctx context.Context, id string, follow bool, tail int, stdout, stderr io.Writer) error
+	// StatPath reports what is at an absolute path of the container,
+	// running or not; nothing there is shoal.NotFound.
+	StatPath(ctx context.Context, id, path string) (shoal.PathStat, error)
+	// CopyTo extracts a tar stream into dir, an existing directory of the
+	// container, running or not.
+	CopyTo(ctx context.Context, id, dir string, tar io.Reader) error
+	// CopyFrom reads path as a tar stream whose top-level entry is the
+	// stat's Name.
+	CopyFrom(ctx context.Context, id, path string) (io.ReadCloser, shoal.PathStat, error)
 }
 
 // Engine is what CreateSandbox asks of the node's container engine before
@@ -120,7 +129,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("subsystem", "api"), tokens: &tokenSigner{st: cfg.Store}, peers: peers{transport: cfg.Transport, tracing: cfg.TracerProvider},
 		watches: newStreamCap(cfg.MaxWatches, "watch streams", "max-watches"),
-		execs:   newStreamCap(cfg.MaxExecs, "exec and log-follow streams", "max-execs")}
+		execs:   newStreamCap(cfg.MaxExecs, "exec, copy and log-follow streams", "max-execs")}
 	if cfg.MaxStreamsPerClient == 0 {
 		cfg.MaxStreamsPerClient = DefaultMaxStreamsPerClient
 	}

@@ -161,8 +161,8 @@ func wantExhausted(t *testing.T, err error, flag string) {
 	}
 }
 
-// C2. Watches beyond --max-watches, and exec or follow streams beyond
-// --max-execs, are refused with RESOURCE_EXHAUSTED; a freed slot is taken
+// C2. Watches beyond --max-watches, and exec, copy or follow streams
+// beyond --max-execs, are refused with RESOURCE_EXHAUSTED; a freed slot is taken
 // again.
 func TestStreamCaps(t *testing.T) {
 	testenv.RequireDocker(t)
@@ -216,6 +216,11 @@ func TestStreamCaps(t *testing.T) {
 	if err == nil {
 		_, err = iexec.Recv()
 	}
+	wantExhausted(t, err, "--max-execs")
+	// Copies hold a slot too, either way.
+	_, err = copyIn(ctx, n.Client, &shoalv1.CopyToSandboxStart{Name: "cap", Path: "/tmp"}, tarOf(t, tarEntry{name: "x", body: "x"}))
+	wantExhausted(t, err, "--max-execs")
+	_, _, err = copyOut(ctx, n.Client, &shoalv1.CopyFromSandboxRequest{Name: "cap", Path: "/etc/hostname"})
 	wantExhausted(t, err, "--max-execs")
 	follow, err := n.Client.Logs(ctx, &shoalv1.LogsRequest{Name: "cap", Follow: true})
 	if err == nil {

@@ -32,6 +32,7 @@ func (a *app) sandboxCmd() *cli.Command {
 			a.sandboxStop(), a.sandboxStart(), a.sandboxRestart(),
 			a.sandboxExec(), a.sandboxShell(), a.sandboxLogs(), a.sandboxWatch(), a.sandboxAttach(true), a.sandboxAttach(false),
 			a.sandboxEvents(), a.sandboxDescribe(),
+			a.sandboxCp(),
 		},
 	}
 }

@@ -403,6 +403,22 @@ func (r *Runtime) Logs(_ context.Context, id string, _ bool, _ int, stdout, _ io
 	return err
 }
 
+// errNoFiles: a hollow container has no filesystem to copy to or from.
+var errNoFiles = shoal.FailedPrecondition("a hollow container has no filesystem: sandbox cp needs a node with a container engine")
+
+// StatPath refuses: a hollow container has no files.
+func (r *Runtime) StatPath(context.Context, string, string) (shoal.PathStat, error) {
+	return shoal.PathStat{}, errNoFiles
+}
+
+// CopyTo refuses: a hollow container has no files.
+func (r *Runtime) CopyTo(context.Context, string, string, io.Reader) error { return errNoFiles }
+
+// CopyFrom refuses: a hollow container has no files.
+func (r *Runtime) CopyFrom(context.Context, string, string) (io.ReadCloser, shoal.PathStat, error) {
+	return nil, shoal.PathStat{}, errNoFiles
+}
+
 // HasImage is true for every image: a hollow runtime runs none.
 func (r *Runtime) HasImage(context.Context, string) (bool, error) { return true, nil }
 

@@ -319,6 +319,63 @@ func (EventSeverity) EnumDescriptor() ([]byte, []int) {
 	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{4}
 }
 
+// Prefixed: enum values share the package's scope.
+type FileType int32
+
+const (
+	FileType_FILE_TYPE_UNSPECIFIED FileType = 0
+	FileType_FILE_TYPE_REGULAR     FileType = 1
+	FileType_FILE_TYPE_DIRECTORY   FileType = 2
+	FileType_FILE_TYPE_SYMLINK     FileType = 3
+	// A named pipe, a socket, a device.
+	FileType_FILE_TYPE_OTHER FileType = 4
+)
+
+// Enum value maps for FileType.
+var (
+	FileType_name = map[int32]string{
+		0: "FILE_TYPE_UNSPECIFIED",
+		1: "FILE_TYPE_REGULAR",
+		2: "FILE_TYPE_DIRECTORY",
+		3: "FILE_TYPE_SYMLINK",
+		4: "FILE_TYPE_OTHER",
+	}
+	FileType_value = map[string]int32{
+		"FILE_TYPE_UNSPECIFIED": 0,
+		"FILE_TYPE_REGULAR":     1,
+		"FILE_TYPE_DIRECTORY":   2,
+		"FILE_TYPE_SYMLINK":     3,
+		"FILE_TYPE_OTHER":       4,
+	}
+)
+
+func (x FileType) Enum() *FileType {
+	p := new(FileType)
+	*p = x
+	return p
+}
+
+func (x FileType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FileType) Descriptor() protoreflect.EnumDescriptor {
+	return file_shoal_v1_shoal_proto_enumTypes[5].Descriptor()
+}
+
+func (FileType) Type() protoreflect.EnumType {
+	return &file_shoal_v1_shoal_proto_enumTypes[5]
+}
+
+func (x FileType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FileType.Descriptor instead.
+func (FileType) EnumDescriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{5}
+}
+
 type ObjectMeta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Uid   string                 `protobuf:"bytes,1,opt,name=uid,proto3" json:"uid,omitempty"`
@@ -4555,6 +4612,455 @@ func (x *WatchEventsRequest) GetResourceVersion() int64 {
 	return 0
 }
 
+type CopyToSandboxStart struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The destination in the sandbox: an absolute path. A symbolic link
+	// there is followed, as docker cp follows it.
+	Path string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	// The tar stream's top-level entry, under which every other entry lies:
+	// the source's base name, or "." for a directory's contents (SRC/.).
+	// Empty: the stream is a tar of its own (`-`), extracted as it is into
+	// path, which must be a directory.
+	SourceName string `protobuf:"bytes,4,opt,name=source_name,json=sourceName,proto3" json:"source_name,omitempty"`
+	// The top-level entry is a directory.
+	SourceDir     bool `protobuf:"varint,5,opt,name=source_dir,json=sourceDir,proto3" json:"source_dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyToSandboxStart) Reset() {
+	*x = CopyToSandboxStart{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyToSandboxStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyToSandboxStart) ProtoMessage() {}
+
+func (x *CopyToSandboxStart) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyToSandboxStart.ProtoReflect.Descriptor instead.
+func (*CopyToSandboxStart) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *CopyToSandboxStart) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *CopyToSandboxStart) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CopyToSandboxStart) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CopyToSandboxStart) GetSourceName() string {
+	if x != nil {
+		return x.SourceName
+	}
+	return ""
+}
+
+func (x *CopyToSandboxStart) GetSourceDir() bool {
+	if x != nil {
+		return x.SourceDir
+	}
+	return false
+}
+
+// CopyToSandboxInput is one message from the client of a CopyToSandbox
+// call.
+type CopyToSandboxInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Input:
+	//
+	//	*CopyToSandboxInput_Start
+	//	*CopyToSandboxInput_Data
+	Input         isCopyToSandboxInput_Input `protobuf_oneof:"input"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyToSandboxInput) Reset() {
+	*x = CopyToSandboxInput{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyToSandboxInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyToSandboxInput) ProtoMessage() {}
+
+func (x *CopyToSandboxInput) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyToSandboxInput.ProtoReflect.Descriptor instead.
+func (*CopyToSandboxInput) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *CopyToSandboxInput) GetInput() isCopyToSandboxInput_Input {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+func (x *CopyToSandboxInput) GetStart() *CopyToSandboxStart {
+	if x != nil {
+		if x, ok := x.Input.(*CopyToSandboxInput_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *CopyToSandboxInput) GetData() []byte {
+	if x != nil {
+		if x, ok := x.Input.(*CopyToSandboxInput_Data); ok {
+			return x.Data
+		}
+	}
+	return nil
+}
+
+type isCopyToSandboxInput_Input interface {
+	isCopyToSandboxInput_Input()
+}
+
+type CopyToSandboxInput_Start struct {
+	// The first message, and only the first.
+	Start *CopyToSandboxStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type CopyToSandboxInput_Data struct {
+	// Bytes of the tar stream (a message is bounded by the node's request
+	// size limit).
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3,oneof"`
+}
+
+func (*CopyToSandboxInput_Start) isCopyToSandboxInput_Input() {}
+
+func (*CopyToSandboxInput_Data) isCopyToSandboxInput_Input() {}
+
+type CopyToSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where the source now is in the sandbox (for a tar stream of its own,
+	// the directory it was extracted into).
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Entries written, and the bytes of their regular files.
+	Entries       int64 `protobuf:"varint,2,opt,name=entries,proto3" json:"entries,omitempty"`
+	Bytes         int64 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyToSandboxResponse) Reset() {
+	*x = CopyToSandboxResponse{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyToSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyToSandboxResponse) ProtoMessage() {}
+
+func (x *CopyToSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyToSandboxResponse.ProtoReflect.Descriptor instead.
+func (*CopyToSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *CopyToSandboxResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CopyToSandboxResponse) GetEntries() int64 {
+	if x != nil {
+		return x.Entries
+	}
+	return 0
+}
+
+func (x *CopyToSandboxResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+type CopyFromSandboxRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The source in the sandbox: an absolute path; PATH/. is a directory's
+	// contents.
+	Path string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	// If path is a symbolic link, copy what it points to, under path's own
+	// name (docker cp -L).
+	FollowLink    bool `protobuf:"varint,4,opt,name=follow_link,json=followLink,proto3" json:"follow_link,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyFromSandboxRequest) Reset() {
+	*x = CopyFromSandboxRequest{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyFromSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyFromSandboxRequest) ProtoMessage() {}
+
+func (x *CopyFromSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyFromSandboxRequest.ProtoReflect.Descriptor instead.
+func (*CopyFromSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *CopyFromSandboxRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *CopyFromSandboxRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CopyFromSandboxRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CopyFromSandboxRequest) GetFollowLink() bool {
+	if x != nil {
+		return x.FollowLink
+	}
+	return false
+}
+
+// PathStat is what a copy's source is.
+type PathStat struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The tar stream's top-level entry: the source's base name, or "." for
+	// a directory's contents.
+	Name string   `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Type FileType `protobuf:"varint,2,opt,name=type,proto3,enum=shoal.v1.FileType" json:"type,omitempty"`
+	// Permission bits, with setuid, setgid and sticky (07777).
+	Mode uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Of the path itself (a directory's entry, not its tree).
+	Size  int64                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Mtime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=mtime,proto3" json:"mtime,omitempty"`
+	// A symbolic link's target.
+	LinkTarget    string `protobuf:"bytes,6,opt,name=link_target,json=linkTarget,proto3" json:"link_target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PathStat) Reset() {
+	*x = PathStat{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PathStat) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PathStat) ProtoMessage() {}
+
+func (x *PathStat) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PathStat.ProtoReflect.Descriptor instead.
+func (*PathStat) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *PathStat) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PathStat) GetType() FileType {
+	if x != nil {
+		return x.Type
+	}
+	return FileType_FILE_TYPE_UNSPECIFIED
+}
+
+func (x *PathStat) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *PathStat) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *PathStat) GetMtime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Mtime
+	}
+	return nil
+}
+
+func (x *PathStat) GetLinkTarget() string {
+	if x != nil {
+		return x.LinkTarget
+	}
+	return ""
+}
+
+type CopyChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first chunk only.
+	Stat *PathStat `protobuf:"bytes,1,opt,name=stat,proto3" json:"stat,omitempty"`
+	// Bytes of the tar stream (the first chunk has none).
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyChunk) Reset() {
+	*x = CopyChunk{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyChunk) ProtoMessage() {}
+
+func (x *CopyChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyChunk.ProtoReflect.Descriptor instead.
+func (*CopyChunk) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *CopyChunk) GetStat() *PathStat {
+	if x != nil {
+		return x.Stat
+	}
+	return nil
+}
+
+func (x *CopyChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_shoal_v1_shoal_proto protoreflect.FileDescriptor
 
 const file_shoal_v1_shoal_proto_rawDesc = "" +
@@ -4910,7 +5416,40 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\vsandbox_uid\x18\x03 \x01(\tR\n" +
 	"sandboxUid\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12)\n" +
-	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion*S\n" +
+	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion\"\x9a\x01\n" +
+	"\x12CopyToSandboxStart\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x1f\n" +
+	"\vsource_name\x18\x04 \x01(\tR\n" +
+	"sourceName\x12\x1d\n" +
+	"\n" +
+	"source_dir\x18\x05 \x01(\bR\tsourceDir\"i\n" +
+	"\x12CopyToSandboxInput\x124\n" +
+	"\x05start\x18\x01 \x01(\v2\x1c.shoal.v1.CopyToSandboxStartH\x00R\x05start\x12\x14\n" +
+	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\a\n" +
+	"\x05input\"[\n" +
+	"\x15CopyToSandboxResponse\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x18\n" +
+	"\aentries\x18\x02 \x01(\x03R\aentries\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\"\x7f\n" +
+	"\x16CopyFromSandboxRequest\x12\x1c\n" +
+	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x1f\n" +
+	"\vfollow_link\x18\x04 \x01(\bR\n" +
+	"followLink\"\xc1\x01\n" +
+	"\bPathStat\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x12.shoal.v1.FileTypeR\x04type\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x120\n" +
+	"\x05mtime\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x05mtime\x12\x1f\n" +
+	"\vlink_target\x18\x06 \x01(\tR\n" +
+	"linkTarget\"G\n" +
+	"\tCopyChunk\x12&\n" +
+	"\x04stat\x18\x01 \x01(\v2\x12.shoal.v1.PathStatR\x04stat\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data*S\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_RUNNING\x10\x01\x12\x15\n" +
@@ -4946,8 +5485,13 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x1aEVENT_SEVERITY_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +
 	"\x06NORMAL\x10\x01\x12\v\n" +
-	"\aWARNING\x10\x022\xf6\n" +
-	"\n" +
+	"\aWARNING\x10\x02*\x81\x01\n" +
+	"\bFileType\x12\x19\n" +
+	"\x15FILE_TYPE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11FILE_TYPE_REGULAR\x10\x01\x12\x17\n" +
+	"\x13FILE_TYPE_DIRECTORY\x10\x02\x12\x15\n" +
+	"\x11FILE_TYPE_SYMLINK\x10\x03\x12\x13\n" +
+	"\x0fFILE_TYPE_OTHER\x10\x042\x94\f\n" +
 	"\x05Shoal\x12B\n" +
 	"\rCreateSandbox\x12\x1e.shoal.v1.CreateSandboxRequest\x1a\x11.shoal.v1.Sandbox\x12<\n" +
 	"\n" +
@@ -4970,7 +5514,9 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x0eDeleteProvider\x12\x1f.shoal.v1.DeleteProviderRequest\x1a .shoal.v1.DeleteProviderResponse\x12G\n" +
 	"\n" +
 	"ListEvents\x12\x1b.shoal.v1.ListEventsRequest\x1a\x1c.shoal.v1.ListEventsResponse\x12>\n" +
-	"\vWatchEvents\x12\x1c.shoal.v1.WatchEventsRequest\x1a\x0f.shoal.v1.Event0\x012\xe7\x06\n" +
+	"\vWatchEvents\x12\x1c.shoal.v1.WatchEventsRequest\x1a\x0f.shoal.v1.Event0\x01\x12P\n" +
+	"\rCopyToSandbox\x12\x1c.shoal.v1.CopyToSandboxInput\x1a\x1f.shoal.v1.CopyToSandboxResponse(\x01\x12J\n" +
+	"\x0fCopyFromSandbox\x12 .shoal.v1.CopyFromSandboxRequest\x1a\x13.shoal.v1.CopyChunk0\x012\xe7\x06\n" +
 	"\aCluster\x12D\n" +
 	"\tListNodes\x12\x1a.shoal.v1.ListNodesRequest\x1a\x1b.shoal.v1.ListNodesResponse\x123\n" +
 	"\aGetNode\x12\x18.shoal.v1.GetNodeRequest\x1a\x0e.shoal.v1.Node\x129\n" +
@@ -4999,214 +5545,229 @@ func file_shoal_v1_shoal_proto_rawDescGZIP() []byte {
 	return file_shoal_v1_shoal_proto_rawDescData
 }
 
-var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_shoal_v1_shoal_proto_goTypes = []any{
 	(RunState)(0),                       // 0: shoal.v1.RunState
 	(SandboxPhase)(0),                   // 1: shoal.v1.SandboxPhase
 	(ProviderType)(0),                   // 2: shoal.v1.ProviderType
 	(EventType)(0),                      // 3: shoal.v1.EventType
 	(EventSeverity)(0),                  // 4: shoal.v1.EventSeverity
-	(*ObjectMeta)(nil),                  // 5: shoal.v1.ObjectMeta
-	(*Resources)(nil),                   // 6: shoal.v1.Resources
-	(*SandboxSpec)(nil),                 // 7: shoal.v1.SandboxSpec
-	(*Condition)(nil),                   // 8: shoal.v1.Condition
-	(*SandboxStatus)(nil),               // 9: shoal.v1.SandboxStatus
-	(*Sandbox)(nil),                     // 10: shoal.v1.Sandbox
-	(*Provider)(nil),                    // 11: shoal.v1.Provider
-	(*Preconditions)(nil),               // 12: shoal.v1.Preconditions
-	(*CreateSandboxRequest)(nil),        // 13: shoal.v1.CreateSandboxRequest
-	(*GetSandboxRequest)(nil),           // 14: shoal.v1.GetSandboxRequest
-	(*ListSandboxesRequest)(nil),        // 15: shoal.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),       // 16: shoal.v1.ListSandboxesResponse
-	(*UpdateSandboxRequest)(nil),        // 17: shoal.v1.UpdateSandboxRequest
-	(*DeleteSandboxRequest)(nil),        // 18: shoal.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),       // 19: shoal.v1.DeleteSandboxResponse
-	(*WatchSandboxesRequest)(nil),       // 20: shoal.v1.WatchSandboxesRequest
-	(*WatchEvent)(nil),                  // 21: shoal.v1.WatchEvent
-	(*ExecRequest)(nil),                 // 22: shoal.v1.ExecRequest
-	(*TerminalSize)(nil),                // 23: shoal.v1.TerminalSize
-	(*ExecInput)(nil),                   // 24: shoal.v1.ExecInput
-	(*ExecChunk)(nil),                   // 25: shoal.v1.ExecChunk
-	(*LogsRequest)(nil),                 // 26: shoal.v1.LogsRequest
-	(*LogsChunk)(nil),                   // 27: shoal.v1.LogsChunk
-	(*AttachProviderRequest)(nil),       // 28: shoal.v1.AttachProviderRequest
-	(*DetachProviderRequest)(nil),       // 29: shoal.v1.DetachProviderRequest
-	(*StopSandboxRequest)(nil),          // 30: shoal.v1.StopSandboxRequest
-	(*StartSandboxRequest)(nil),         // 31: shoal.v1.StartSandboxRequest
-	(*CreateProviderRequest)(nil),       // 32: shoal.v1.CreateProviderRequest
-	(*GetProviderRequest)(nil),          // 33: shoal.v1.GetProviderRequest
-	(*ListProvidersRequest)(nil),        // 34: shoal.v1.ListProvidersRequest
-	(*ListProvidersResponse)(nil),       // 35: shoal.v1.ListProvidersResponse
-	(*UpdateProviderRequest)(nil),       // 36: shoal.v1.UpdateProviderRequest
-	(*DeleteProviderRequest)(nil),       // 37: shoal.v1.DeleteProviderRequest
-	(*DeleteProviderResponse)(nil),      // 38: shoal.v1.DeleteProviderResponse
-	(*Node)(nil),                        // 39: shoal.v1.Node
-	(*NodeStatus)(nil),                  // 40: shoal.v1.NodeStatus
-	(*ListNodesRequest)(nil),            // 41: shoal.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 42: shoal.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),              // 43: shoal.v1.GetNodeRequest
-	(*CordonNodeRequest)(nil),           // 44: shoal.v1.CordonNodeRequest
-	(*RemoveNodeRequest)(nil),           // 45: shoal.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 46: shoal.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),            // 47: shoal.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),           // 48: shoal.v1.DrainNodeResponse
-	(*ClusterStatusRequest)(nil),        // 49: shoal.v1.ClusterStatusRequest
-	(*Member)(nil),                      // 50: shoal.v1.Member
-	(*ClusterStatus)(nil),               // 51: shoal.v1.ClusterStatus
-	(*ListMembersRequest)(nil),          // 52: shoal.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),         // 53: shoal.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),            // 54: shoal.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),           // 55: shoal.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),         // 56: shoal.v1.RemoveMemberRequest
-	(*PromoteMemberRequest)(nil),        // 57: shoal.v1.PromoteMemberRequest
-	(*SnapshotRequest)(nil),             // 58: shoal.v1.SnapshotRequest
-	(*RotateEncryptionKeyRequest)(nil),  // 59: shoal.v1.RotateEncryptionKeyRequest
-	(*RotateEncryptionKeyResponse)(nil), // 60: shoal.v1.RotateEncryptionKeyResponse
-	(*SnapshotChunk)(nil),               // 61: shoal.v1.SnapshotChunk
-	(*Event)(nil),                       // 62: shoal.v1.Event
-	(*ListEventsRequest)(nil),           // 63: shoal.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 64: shoal.v1.ListEventsResponse
-	(*WatchEventsRequest)(nil),          // 65: shoal.v1.WatchEventsRequest
-	nil,                                 // 66: shoal.v1.ObjectMeta.LabelsEntry
-	nil,                                 // 67: shoal.v1.ObjectMeta.AnnotationsEntry
-	nil,                                 // 68: shoal.v1.SandboxSpec.EnvEntry
-	nil,                                 // 69: shoal.v1.SandboxSpec.NodeSelectorEntry
-	nil,                                 // 70: shoal.v1.Provider.CredentialsEntry
-	nil,                                 // 71: shoal.v1.Provider.ConfigEntry
-	nil,                                 // 72: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	nil,                                 // 73: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	nil,                                 // 74: shoal.v1.ExecRequest.EnvEntry
-	nil,                                 // 75: shoal.v1.Node.LabelsEntry
-	nil,                                 // 76: shoal.v1.Event.DetailsEntry
-	(*timestamppb.Timestamp)(nil),       // 77: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 78: google.protobuf.Duration
+	(FileType)(0),                       // 5: shoal.v1.FileType
+	(*ObjectMeta)(nil),                  // 6: shoal.v1.ObjectMeta
+	(*Resources)(nil),                   // 7: shoal.v1.Resources
+	(*SandboxSpec)(nil),                 // 8: shoal.v1.SandboxSpec
+	(*Condition)(nil),                   // 9: shoal.v1.Condition
+	(*SandboxStatus)(nil),               // 10: shoal.v1.SandboxStatus
+	(*Sandbox)(nil),                     // 11: shoal.v1.Sandbox
+	(*Provider)(nil),                    // 12: shoal.v1.Provider
+	(*Preconditions)(nil),               // 13: shoal.v1.Preconditions
+	(*CreateSandboxRequest)(nil),        // 14: shoal.v1.CreateSandboxRequest
+	(*GetSandboxRequest)(nil),           // 15: shoal.v1.GetSandboxRequest
+	(*ListSandboxesRequest)(nil),        // 16: shoal.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 17: shoal.v1.ListSandboxesResponse
+	(*UpdateSandboxRequest)(nil),        // 18: shoal.v1.UpdateSandboxRequest
+	(*DeleteSandboxRequest)(nil),        // 19: shoal.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 20: shoal.v1.DeleteSandboxResponse
+	(*WatchSandboxesRequest)(nil),       // 21: shoal.v1.WatchSandboxesRequest
+	(*WatchEvent)(nil),                  // 22: shoal.v1.WatchEvent
+	(*ExecRequest)(nil),                 // 23: shoal.v1.ExecRequest
+	(*TerminalSize)(nil),                // 24: shoal.v1.TerminalSize
+	(*ExecInput)(nil),                   // 25: shoal.v1.ExecInput
+	(*ExecChunk)(nil),                   // 26: shoal.v1.ExecChunk
+	(*LogsRequest)(nil),                 // 27: shoal.v1.LogsRequest
+	(*LogsChunk)(nil),                   // 28: shoal.v1.LogsChunk
+	(*AttachProviderRequest)(nil),       // 29: shoal.v1.AttachProviderRequest
+	(*DetachProviderRequest)(nil),       // 30: shoal.v1.DetachProviderRequest
+	(*StopSandboxRequest)(nil),          // 31: shoal.v1.StopSandboxRequest
+	(*StartSandboxRequest)(nil),         // 32: shoal.v1.StartSandboxRequest
+	(*CreateProviderRequest)(nil),       // 33: shoal.v1.CreateProviderRequest
+	(*GetProviderRequest)(nil),          // 34: shoal.v1.GetProviderRequest
+	(*ListProvidersRequest)(nil),        // 35: shoal.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil),       // 36: shoal.v1.ListProvidersResponse
+	(*UpdateProviderRequest)(nil),       // 37: shoal.v1.UpdateProviderRequest
+	(*DeleteProviderRequest)(nil),       // 38: shoal.v1.DeleteProviderRequest
+	(*DeleteProviderResponse)(nil),      // 39: shoal.v1.DeleteProviderResponse
+	(*Node)(nil),                        // 40: shoal.v1.Node
+	(*NodeStatus)(nil),                  // 41: shoal.v1.NodeStatus
+	(*ListNodesRequest)(nil),            // 42: shoal.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 43: shoal.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),              // 44: shoal.v1.GetNodeRequest
+	(*CordonNodeRequest)(nil),           // 45: shoal.v1.CordonNodeRequest
+	(*RemoveNodeRequest)(nil),           // 46: shoal.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 47: shoal.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),            // 48: shoal.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),           // 49: shoal.v1.DrainNodeResponse
+	(*ClusterStatusRequest)(nil),        // 50: shoal.v1.ClusterStatusRequest
+	(*Member)(nil),                      // 51: shoal.v1.Member
+	(*ClusterStatus)(nil),               // 52: shoal.v1.ClusterStatus
+	(*ListMembersRequest)(nil),          // 53: shoal.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),         // 54: shoal.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),            // 55: shoal.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),           // 56: shoal.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),         // 57: shoal.v1.RemoveMemberRequest
+	(*PromoteMemberRequest)(nil),        // 58: shoal.v1.PromoteMemberRequest
+	(*SnapshotRequest)(nil),             // 59: shoal.v1.SnapshotRequest
+	(*RotateEncryptionKeyRequest)(nil),  // 60: shoal.v1.RotateEncryptionKeyRequest
+	(*RotateEncryptionKeyResponse)(nil), // 61: shoal.v1.RotateEncryptionKeyResponse
+	(*SnapshotChunk)(nil),               // 62: shoal.v1.SnapshotChunk
+	(*Event)(nil),                       // 63: shoal.v1.Event
+	(*ListEventsRequest)(nil),           // 64: shoal.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 65: shoal.v1.ListEventsResponse
+	(*WatchEventsRequest)(nil),          // 66: shoal.v1.WatchEventsRequest
+	(*CopyToSandboxStart)(nil),          // 67: shoal.v1.CopyToSandboxStart
+	(*CopyToSandboxInput)(nil),          // 68: shoal.v1.CopyToSandboxInput
+	(*CopyToSandboxResponse)(nil),       // 69: shoal.v1.CopyToSandboxResponse
+	(*CopyFromSandboxRequest)(nil),      // 70: shoal.v1.CopyFromSandboxRequest
+	(*PathStat)(nil),                    // 71: shoal.v1.PathStat
+	(*CopyChunk)(nil),                   // 72: shoal.v1.CopyChunk
+	nil,                                 // 73: shoal.v1.ObjectMeta.LabelsEntry
+	nil,                                 // 74: shoal.v1.ObjectMeta.AnnotationsEntry
+	nil,                                 // 75: shoal.v1.SandboxSpec.EnvEntry
+	nil,                                 // 76: shoal.v1.SandboxSpec.NodeSelectorEntry
+	nil,                                 // 77: shoal.v1.Provider.CredentialsEntry
+	nil,                                 // 78: shoal.v1.Provider.ConfigEntry
+	nil,                                 // 79: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	nil,                                 // 80: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	nil,                                 // 81: shoal.v1.ExecRequest.EnvEntry
+	nil,                                 // 82: shoal.v1.Node.LabelsEntry
+	nil,                                 // 83: shoal.v1.Event.DetailsEntry
+	(*timestamppb.Timestamp)(nil),       // 84: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 85: google.protobuf.Duration
 }
 var file_shoal_v1_shoal_proto_depIdxs = []int32{
-	66, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
-	67, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
-	77, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
-	77, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	68, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
-	6,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
-	69, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
+	73, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
+	74, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
+	84, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
+	84, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	75, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
+	7,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
+	76, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
 	0,  // 7: shoal.v1.SandboxSpec.run_state:type_name -> shoal.v1.RunState
-	78, // 8: shoal.v1.SandboxSpec.stop_grace:type_name -> google.protobuf.Duration
-	77, // 9: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	85, // 8: shoal.v1.SandboxSpec.stop_grace:type_name -> google.protobuf.Duration
+	84, // 9: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
 	1,  // 10: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
-	8,  // 11: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
-	5,  // 12: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
-	7,  // 13: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
-	9,  // 14: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
-	5,  // 15: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
+	9,  // 11: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
+	6,  // 12: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
+	8,  // 13: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
+	10, // 14: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
+	6,  // 15: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
 	2,  // 16: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
-	70, // 17: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
-	71, // 18: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
-	10, // 19: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
-	10, // 20: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
-	72, // 21: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	73, // 22: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	12, // 23: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
-	10, // 24: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
+	77, // 17: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
+	78, // 18: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
+	11, // 19: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
+	11, // 20: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
+	79, // 21: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	80, // 22: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	13, // 23: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
+	11, // 24: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
 	3,  // 25: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
-	10, // 26: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
-	74, // 27: shoal.v1.ExecRequest.env:type_name -> shoal.v1.ExecRequest.EnvEntry
-	78, // 28: shoal.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	23, // 29: shoal.v1.ExecRequest.terminal_size:type_name -> shoal.v1.TerminalSize
-	22, // 30: shoal.v1.ExecInput.start:type_name -> shoal.v1.ExecRequest
-	23, // 31: shoal.v1.ExecInput.resize:type_name -> shoal.v1.TerminalSize
-	78, // 32: shoal.v1.StopSandboxRequest.grace:type_name -> google.protobuf.Duration
-	11, // 33: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
-	11, // 34: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
-	11, // 35: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
-	12, // 36: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
-	11, // 37: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
-	75, // 38: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
-	77, // 39: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
-	40, // 40: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
-	8,  // 41: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
-	77, // 42: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	39, // 43: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
-	39, // 44: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
-	50, // 45: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
-	77, // 46: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
-	77, // 47: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
-	50, // 48: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
-	50, // 49: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
+	11, // 26: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
+	81, // 27: shoal.v1.ExecRequest.env:type_name -> shoal.v1.ExecRequest.EnvEntry
+	85, // 28: shoal.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	24, // 29: shoal.v1.ExecRequest.terminal_size:type_name -> shoal.v1.TerminalSize
+	23, // 30: shoal.v1.ExecInput.start:type_name -> shoal.v1.ExecRequest
+	24, // 31: shoal.v1.ExecInput.resize:type_name -> shoal.v1.TerminalSize
+	85, // 32: shoal.v1.StopSandboxRequest.grace:type_name -> google.protobuf.Duration
+	12, // 33: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
+	12, // 34: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
+	12, // 35: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
+	13, // 36: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
+	12, // 37: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
+	82, // 38: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
+	84, // 39: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
+	41, // 40: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
+	9,  // 41: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
+	84, // 42: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	40, // 43: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
+	40, // 44: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
+	51, // 45: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
+	84, // 46: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
+	84, // 47: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
+	51, // 48: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
+	51, // 49: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
 	4,  // 50: shoal.v1.Event.severity:type_name -> shoal.v1.EventSeverity
-	76, // 51: shoal.v1.Event.details:type_name -> shoal.v1.Event.DetailsEntry
-	77, // 52: shoal.v1.Event.first_time:type_name -> google.protobuf.Timestamp
-	77, // 53: shoal.v1.Event.last_time:type_name -> google.protobuf.Timestamp
-	62, // 54: shoal.v1.ListEventsResponse.items:type_name -> shoal.v1.Event
-	13, // 55: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
-	14, // 56: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
-	15, // 57: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
-	17, // 58: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
-	18, // 59: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
-	20, // 60: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
-	22, // 61: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
-	24, // 62: shoal.v1.Shoal.ExecInteractive:input_type -> shoal.v1.ExecInput
-	26, // 63: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
-	28, // 64: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
-	29, // 65: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
-	30, // 66: shoal.v1.Shoal.StopSandbox:input_type -> shoal.v1.StopSandboxRequest
-	31, // 67: shoal.v1.Shoal.StartSandbox:input_type -> shoal.v1.StartSandboxRequest
-	32, // 68: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
-	33, // 69: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
-	34, // 70: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
-	36, // 71: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
-	37, // 72: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
-	63, // 73: shoal.v1.Shoal.ListEvents:input_type -> shoal.v1.ListEventsRequest
-	65, // 74: shoal.v1.Shoal.WatchEvents:input_type -> shoal.v1.WatchEventsRequest
-	41, // 75: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
-	43, // 76: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
-	44, // 77: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
-	45, // 78: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
-	47, // 79: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
-	49, // 80: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
-	52, // 81: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
-	54, // 82: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
-	56, // 83: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
-	57, // 84: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
-	58, // 85: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
-	59, // 86: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
-	10, // 87: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
-	10, // 88: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
-	16, // 89: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
-	10, // 90: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
-	19, // 91: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
-	21, // 92: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	25, // 93: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
-	25, // 94: shoal.v1.Shoal.ExecInteractive:output_type -> shoal.v1.ExecChunk
-	27, // 95: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
-	10, // 96: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
-	10, // 97: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
-	10, // 98: shoal.v1.Shoal.StopSandbox:output_type -> shoal.v1.Sandbox
-	10, // 99: shoal.v1.Shoal.StartSandbox:output_type -> shoal.v1.Sandbox
-	11, // 100: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
-	11, // 101: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
-	35, // 102: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
-	11, // 103: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
-	38, // 104: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
-	64, // 105: shoal.v1.Shoal.ListEvents:output_type -> shoal.v1.ListEventsResponse
-	62, // 106: shoal.v1.Shoal.WatchEvents:output_type -> shoal.v1.Event
-	42, // 107: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
-	39, // 108: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
-	39, // 109: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
-	46, // 110: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
-	48, // 111: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
-	51, // 112: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
-	53, // 113: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
-	55, // 114: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
-	53, // 115: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
-	53, // 116: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
-	61, // 117: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
-	60, // 118: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
-	87, // [87:119] is the sub-list for method output_type
-	55, // [55:87] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	83, // 51: shoal.v1.Event.details:type_name -> shoal.v1.Event.DetailsEntry
+	84, // 52: shoal.v1.Event.first_time:type_name -> google.protobuf.Timestamp
+	84, // 53: shoal.v1.Event.last_time:type_name -> google.protobuf.Timestamp
+	63, // 54: shoal.v1.ListEventsResponse.items:type_name -> shoal.v1.Event
+	67, // 55: shoal.v1.CopyToSandboxInput.start:type_name -> shoal.v1.CopyToSandboxStart
+	5,  // 56: shoal.v1.PathStat.type:type_name -> shoal.v1.FileType
+	84, // 57: shoal.v1.PathStat.mtime:type_name -> google.protobuf.Timestamp
+	71, // 58: shoal.v1.CopyChunk.stat:type_name -> shoal.v1.PathStat
+	14, // 59: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
+	15, // 60: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
+	16, // 61: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
+	18, // 62: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
+	19, // 63: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
+	21, // 64: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
+	23, // 65: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
+	25, // 66: shoal.v1.Shoal.ExecInteractive:input_type -> shoal.v1.ExecInput
+	27, // 67: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
+	29, // 68: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
+	30, // 69: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
+	31, // 70: shoal.v1.Shoal.StopSandbox:input_type -> shoal.v1.StopSandboxRequest
+	32, // 71: shoal.v1.Shoal.StartSandbox:input_type -> shoal.v1.StartSandboxRequest
+	33, // 72: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
+	34, // 73: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
+	35, // 74: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
+	37, // 75: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
+	38, // 76: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
+	64, // 77: shoal.v1.Shoal.ListEvents:input_type -> shoal.v1.ListEventsRequest
+	66, // 78: shoal.v1.Shoal.WatchEvents:input_type -> shoal.v1.WatchEventsRequest
+	68, // 79: shoal.v1.Shoal.CopyToSandbox:input_type -> shoal.v1.CopyToSandboxInput
+	70, // 80: shoal.v1.Shoal.CopyFromSandbox:input_type -> shoal.v1.CopyFromSandboxRequest
+	42, // 81: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
+	44, // 82: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
+	45, // 83: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
+	46, // 84: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
+	48, // 85: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
+	50, // 86: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
+	53, // 87: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
+	55, // 88: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
+	57, // 89: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
+	58, // 90: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
+	59, // 91: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
+	60, // 92: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
+	11, // 93: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
+	11, // 94: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
+	17, // 95: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
+	11, // 96: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
+	20, // 97: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
+	22, // 98: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
+	26, // 99: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
+	26, // 100: shoal.v1.Shoal.ExecInteractive:output_type -> shoal.v1.ExecChunk
+	28, // 101: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
+	11, // 102: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
+	11, // 103: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
+	11, // 104: shoal.v1.Shoal.StopSandbox:output_type -> shoal.v1.Sandbox
+	11, // 105: shoal.v1.Shoal.StartSandbox:output_type -> shoal.v1.Sandbox
+	12, // 106: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
+	12, // 107: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
+	36, // 108: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
+	12, // 109: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
+	39, // 110: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
+	65, // 111: shoal.v1.Shoal.ListEvents:output_type -> shoal.v1.ListEventsResponse
+	63, // 112: shoal.v1.Shoal.WatchEvents:output_type -> shoal.v1.Event
+	69, // 113: shoal.v1.Shoal.CopyToSandbox:output_type -> shoal.v1.CopyToSandboxResponse
+	72, // 114: shoal.v1.Shoal.CopyFromSandbox:output_type -> shoal.v1.CopyChunk
+	43, // 115: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
+	40, // 116: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
+	40, // 117: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
+	47, // 118: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
+	49, // 119: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
+	52, // 120: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
+	54, // 121: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
+	56, // 122: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
+	54, // 123: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
+	54, // 124: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
+	62, // 125: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
+	61, // 126: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
+	93, // [93:127] is the sub-list for method output_type
+	59, // [59:93] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_shoal_v1_shoal_proto_init() }
@@ -5220,13 +5781,17 @@ func file_shoal_v1_shoal_proto_init() {
 		(*ExecInput_CloseStdin)(nil),
 		(*ExecInput_Resize)(nil),
 	}
+	file_shoal_v1_shoal_proto_msgTypes[62].OneofWrappers = []any{
+		(*CopyToSandboxInput_Start)(nil),
+		(*CopyToSandboxInput_Data)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shoal_v1_shoal_proto_rawDesc), len(file_shoal_v1_shoal_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   72,
+			NumEnums:      6,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

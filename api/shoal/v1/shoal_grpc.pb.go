@@ -45,6 +45,8 @@ const (
 	Shoal_DeleteProvider_FullMethodName  = "/shoal.v1.Shoal/DeleteProvider"
 	Shoal_ListEvents_FullMethodName      = "/shoal.v1.Shoal/ListEvents"
 	Shoal_WatchEvents_FullMethodName     = "/shoal.v1.Shoal/WatchEvents"
+	Shoal_CopyToSandbox_FullMethodName   = "/shoal.v1.Shoal/CopyToSandbox"
+	Shoal_CopyFromSandbox_FullMethodName = "/shoal.v1.Shoal/CopyFromSandbox"
 )
 
 // ShoalClient is the client API for Shoal service.
@@ -95,6 +97,16 @@ type ShoalClient interface {
 	// match: new ones, and repeats coalesced into an event already listed
 	// (the same id, with a higher count).
 	WatchEvents(ctx context.Context, in *WatchEventsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	// CopyToSandbox writes into a sandbox's filesystem (shoal sandbox cp SRC
+	// NAME:PATH), running or stopped. The first message is the start; the
+	// later ones carry a tar stream, in order, with no cap on its size; the
+	// half-close ends it. Where it lands follows docker cp's rules (package
+	// tarcopy). A copy that fails part way leaves what was written.
+	CopyToSandbox(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[CopyToSandboxInput, CopyToSandboxResponse], error)
+	// CopyFromSandbox reads a file, a link or a directory tree of a sandbox,
+	// running or stopped, as a tar stream: the first chunk carries what the
+	// path is, the next ones the stream.
+	CopyFromSandbox(ctx context.Context, in *CopyFromSandboxRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyChunk], error)
 }
 
 type shoalClient struct {
@@ -344,6 +356,38 @@ func (c *shoalClient) WatchEvents(ctx context.Context, in *WatchEventsRequest, o
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Shoal_WatchEventsClient = grpc.ServerStreamingClient[Event]
 
+func (c *shoalClient) CopyToSandbox(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[CopyToSandboxInput, CopyToSandboxResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Shoal_ServiceDesc.Streams[5], Shoal_CopyToSandbox_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CopyToSandboxInput, CopyToSandboxResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shoal_CopyToSandboxClient = grpc.ClientStreamingClient[CopyToSandboxInput, CopyToSandboxResponse]
+
+func (c *shoalClient) CopyFromSandbox(ctx context.Context, in *CopyFromSandboxRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Shoal_ServiceDesc.Streams[6], Shoal_CopyFromSandbox_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CopyFromSandboxRequest, CopyChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shoal_CopyFromSandboxClient = grpc.ServerStreamingClient[CopyChunk]
+
 // ShoalServer is the server API for Shoal service.
 // All implementations must embed UnimplementedShoalServer
 // for forward compatibility.
@@ -392,6 +436,16 @@ type ShoalServer interface {
 	// match: new ones, and repeats coalesced into an event already listed
 	// (the same id, with a higher count).
 	WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error
+	// CopyToSandbox writes into a sandbox's filesystem (shoal sandbox cp SRC
+	// NAME:PATH), running or stopped. The first message is the start; the
+	// later ones carry a tar stream, in order, with no cap on its size; the
+	// half-close ends it. Where it lands follows docker cp's rules (package
+	// tarcopy). A copy that fails part way leaves what was written.
+	CopyToSandbox(grpc.ClientStreamingServer[CopyToSandboxInput, CopyToSandboxResponse]) error
+	// CopyFromSandbox reads a file, a link or a directory tree of a sandbox,
+	// running or stopped, as a tar stream: the first chunk carries what the
+	// path is, the next ones the stream.
+	CopyFromSandbox(*CopyFromSandboxRequest, grpc.ServerStreamingServer[CopyChunk]) error
 	mustEmbedUnimplementedShoalServer()
 }
 
@@ -461,6 +515,12 @@ func (UnimplementedShoalServer) ListEvents(context.Context, *ListEventsRequest) 
 }
 func (UnimplementedShoalServer) WatchEvents(*WatchEventsRequest, grpc.ServerStreamingServer[Event]) error {
 	return status.Errorf(codes.Unimplemented, "method WatchEvents not implemented")
+}
+func (UnimplementedShoalServer) CopyToSandbox(grpc.ClientStreamingServer[CopyToSandboxInput, CopyToSandboxResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method CopyToSandbox not implemented")
+}
+func (UnimplementedShoalServer) CopyFromSandbox(*CopyFromSandboxRequest, grpc.ServerStreamingServer[CopyChunk]) error {
+	return status.Errorf(codes.Unimplemented, "method CopyFromSandbox not implemented")
 }
 func (UnimplementedShoalServer) mustEmbedUnimplementedShoalServer() {}
 func (UnimplementedShoalServer) testEmbeddedByValue()               {}
@@ -804,6 +864,24 @@ func _Shoal_WatchEvents_Handler(srv interface{}, stream grpc.ServerStream) error
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Shoal_WatchEventsServer = grpc.ServerStreamingServer[Event]
 
+func _Shoal_CopyToSandbox_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ShoalServer).CopyToSandbox(&grpc.GenericServerStream[CopyToSandboxInput, CopyToSandboxResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shoal_CopyToSandboxServer = grpc.ClientStreamingServer[CopyToSandboxInput, CopyToSandboxResponse]
+
+func _Shoal_CopyFromSandbox_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(CopyFromSandboxRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ShoalServer).CopyFromSandbox(m, &grpc.GenericServerStream[CopyFromSandboxRequest, CopyChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Shoal_CopyFromSandboxServer = grpc.ServerStreamingServer[CopyChunk]
+
 // Shoal_ServiceDesc is the grpc.ServiceDesc for Shoal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -897,6 +975,16 @@ var Shoal_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchEvents",
 			Handler:       _Shoal_WatchEvents_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "CopyToSandbox",
+			Handler:       _Shoal_CopyToSandbox_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "CopyFromSandbox",
+			Handler:       _Shoal_CopyFromSandbox_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -1,0 +1,415 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"shoal"
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/tarcopy"
+)
+
+// Copies: files into and out of a sandbox's filesystem (shoal sandbox
+// cp), by its owner (other nodes relay the call, forward.go), on a running
+// or a stopped container: the engine's archive API needs no process. Each
+// copy counts against --max-execs, as an exec does. Where a copy lands is
+// docker cp's rule (tarcopy.Place), decided here on the owner, from what
+// the destination is there: the client sends its source as a tar stream
+// with one top-level entry and the owner renames that entry on the way
+// (tarcopy.Rebase), refusing entries outside it and device files. The
+// stream is never held whole: it goes through in chunks, and gRPC's flow
+// control holds the sender back while the engine writes.
+
+// copyChunk is the most tar data one message carries, either way (well
+// under shoal.MaxRequestBytes): a gigabyte is a thousand messages.
+const copyChunk = 1 << 20
+
+// maxLinkHops bounds the symbolic links followed for a copy's -L.
+const maxLinkHops = 16
+
+func (s *Server) CopyToSandbox(stream shoalv1.Shoal_CopyToSandboxServer) error {
+	first, err := stream.Recv()
+	if errors.Is(err, io.EOF) {
+		return shoal.Invalid("start", "the call ended before its first message, which starts the copy")
+	}
+	if err != nil {
+		return err
+	}
+	start := first.GetStart()
+	if start == nil {
+		return shoal.Invalid("start", "is required in the first message, and only there")
+	}
+	if err := validateCopyStart(start); err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	id, remote, release, err := s.streamSlot(ctx, start.Workspace, start.Name, false)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if remote != nil {
+		return s.forwardCopyTo(remote, first, stream)
+	}
+
+	src := tarcopy.Source{Name: start.SourceName, Dir: start.SourceDir}
+	dst, err := s.copyDest(ctx, id, start.Path)
+	if err != nil {
+		return inSandbox(start.Name, err)
+	}
+	place, err := tarcopy.Place(src, dst)
+	if err != nil {
+		return inSandbox(start.Name, placeErr(start.Path, dst, err))
+	}
+	from := src.Name
+	if src.Stream() {
+		from = "."
+	}
+	// The engine reads the stream in a goroutine of this call while this
+	// one receives it. Whichever stops first ends the other: the engine
+	// that fails, by closing its end of the pipe (the next write fails);
+	// a stream that breaks or holds a refused entry, by closing the other
+	// end with the error, so that the engine never takes it for the
+	// stream's end. An engine that succeeds has read the archive's end:
+	// what may follow (the rest of that end) is drained.
+	pr, pw := io.Pipe()
+	copied := make(chan error, 1)
+	go func() {
+		// Only a Reader: the engine's client must not close the pipe.
+		err := s.cfg.Runtime.CopyTo(ctx, id, place.Dir, struct{ io.Reader }{pr})
+		if err == nil {
+			_, _ = io.Copy(io.Discard, pr)
+		}
+		pr.CloseWithError(errEngineDone)
+		copied <- err
+	}()
+	st, rerr := tarcopy.Rebase(pw, &copyInput{stream: stream}, from, place.Rename, tarcopy.RefuseDevices)
+	pw.CloseWithError(rerr) // nil: the stream's end
+	cerr := <-copied
+	if rerr != nil && !errors.Is(rerr, errEngineDone) {
+		return copyInputErr(rerr)
+	}
+	if cerr != nil {
+		return inSandbox(start.Name, cerr)
+	}
+	return stream.SendAndClose(&shoalv1.CopyToSandboxResponse{Path: place.Landed(src), Entries: st.Entries, Bytes: st.Bytes})
+}
+
+// errEngineDone is what a write to the engine's end of a copy meets once
+// the engine has returned.
+var errEngineDone = errors.New("the engine ended the copy")
+
+func validateCopyStart(start *shoalv1.CopyToSandboxStart) error {
+	if err := validateRef(start.Workspace, start.Name); err != nil {
+		return err
+	}
+	if err := validCopyPath("start.path", start.Path); err != nil {
+		return err
+	}
+	if n := start.SourceName; n != "" {
+		if !tarcopy.ValidSourceName(n) {
+			return shoal.Invalid("start.source_name", "%q is not one path element (or \".\" for a directory's contents)", trunc(n))
+		}
+		if n == "." && !start.SourceDir {
+			return shoal.Invalid("start.source_dir", "must be set when source_name is \".\" (a directory's contents)")
+		}
+	} else if start.SourceDir {
+		return shoal.Invalid("start.source_dir", "is set without source_name (a tar stream of its own has no top-level entry)")
+	}
+	return nil
+}
+
+// validCopyPath: an absolute path of at most 4096 bytes, text only.
+func validCopyPath(field, p string) error {
+	if p == "" || p[0] != '/' || len(p) > 4096 {
+		return shoal.Invalid(field, "%q is not an absolute path (at most 4096 bytes)", trunc(p))
+	}
+	return validText(field, p, false)
+}
+
+// copyInput reads the tar stream of a CopyToSandbox call: the data of the
+// messages after the first, until the half-close (io.EOF). A broken call
+// is its error, never the stream's end.
+type copyInput struct {
+	stream interface {
+		Recv() (*shoalv1.CopyToSandboxInput, error)
+	}
+	buf []byte
+}
+
+func (c *copyInput) Read(p []byte) (int, error) {
+	for len(c.buf) == 0 {
+		m, err := c.stream.Recv()
+		if err != nil {
+			return 0, err
+		}
+		switch in := m.Input.(type) {
+		case *shoalv1.CopyToSandboxInput_Data:
+			c.buf = in.Data
+		case *shoalv1.CopyToSandboxInput_Start:
+			return 0, shoal.Invalid("start", "is allowed in the first message only")
+		default:
+			return 0, shoal.Invalid("input", "a message carries neither start nor data")
+		}
+	}
+	n := copy(p, c.buf)
+	c.buf = c.buf[n:]
+	return n, nil
+}
+
+// copyInputErr is the error of a copy's stream that could not be taken:
+// a refused entry, a stream cut short or not tar, a bad message; a call
+// that broke is its own error.
+func copyInputErr(err error) error {
+	var ee *tarcopy.EntryError
+	switch {
+	case errors.As(err, &ee):
+		return shoal.Invalid("data", "%v; nothing after it was written", ee)
+	case errors.Is(err, tarcopy.ErrTruncated), errors.Is(err, tarcopy.ErrNotTar):
+		return shoal.Invalid("data", "%v", err)
+	}
+	return err
+}
+
+// copyDest finds what a copy's destination is, as docker cp does: a
+// symbolic link there is followed (once), and what it points to need not
+// exist; something that is neither a directory nor a regular file is
+// refused.
+func (s *Server) copyDest(ctx context.Context, id, p string) (tarcopy.Dest, error) {
+	d := tarcopy.Dest{Path: p}
+	st, err := s.cfg.Runtime.StatPath(ctx, id, p)
+	if shoal.KindOf(err) == shoal.KindNotFound {
+		return d, nil
+	}
+	if err != nil {
+		return d, err
+	}
+	if st.Mode&fs.ModeSymlink != 0 {
+		d.Path = linkTarget(p, st.LinkTarget)
+		st, err = s.cfg.Runtime.StatPath(ctx, id, d.Path)
+		if shoal.KindOf(err) == shoal.KindNotFound {
+			return d, nil
+		}
+		if err != nil {
+			return d, err
+		}
+	}
+	if !st.Mode.IsDir() && !st.Mode.IsRegular() {
+		return d, shoal.FailedPrecondition("%s is a %s: a copy's destination is a directory or a regular file", d.Path, fileType(st.Mode))
+	}
+	d.Exists, d.Dir = true, st.Mode.IsDir()
+	return d, nil
+}
+
+// linkTarget is the path a symbolic link at p points to.
+func linkTarget(p, target string) string {
+	if path.IsAbs(target) {
+		return target
+	}
+	return path.Join(path.Dir(path.Clean(p)), target)
+}
+
+// placeErr names why docker cp's rules refuse a destination.
+func placeErr(p string, dst tarcopy.Dest, err error) error {
+	switch {
+	case errors.Is(err, tarcopy.ErrNoDir):
+		return shoal.NotFound("no such directory: %s", dst.Path)
+	case errors.Is(err, tarcopy.ErrNotDir):
+		return shoal.FailedPrecondition("not a directory: %s (a tar stream is extracted into a directory)", dst.Path)
+	case errors.Is(err, tarcopy.ErrDirOnFile):
+		return shoal.FailedPrecondition("cannot copy a directory onto the file %s", dst.Path)
+	}
+	return fmt.Errorf("%s: %w", p, err)
+}
+
+// inSandbox puts the sandbox's name in front of a copy's error, keeping
+// its kind.
+func inSandbox(name string, err error) error {
+	var e *shoal.Error
+	if !errors.As(err, &e) {
+		return fmt.Errorf("sandbox %q: %w", name, err)
+	}
+	c := *e
+	c.Msg = fmt.Sprintf("sandbox %q: %s", name, e.Msg)
+	return &c
+}
+
+// forwardCopyTo relays a CopyToSandbox call to the sandbox's owner:
+// message by message, the first included, then the owner's answer. A
+// broken input stream ends the owner's call with its cause: it must not
+// read as the stream's end.
+func (s *Server) forwardCopyTo(remote *ownerCall, first *shoalv1.CopyToSandboxInput, stream shoalv1.Shoal_CopyToSandboxServer) error {
+	fctx, fcancel := context.WithCancelCause(remote.ctx)
+	defer fcancel(nil)
+	fwd, err := remote.client.CopyToSandbox(fctx)
+	if err != nil {
+		return err
+	}
+	for m := first; ; {
+		if fwd.Send(m) != nil {
+			break // the owner ended the call: CloseAndRecv says why
+		}
+		if m, err = stream.Recv(); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			fcancel(err)
+			return err
+		}
+	}
+	resp, err := fwd.CloseAndRecv()
+	if err != nil {
+		return remote.failed(s.cfg.Node, "copy", err, fwd.Trailer())
+	}
+	return stream.SendAndClose(resp)
+}
+
+func (s *Server) CopyFromSandbox(req *shoalv1.CopyFromSandboxRequest, stream shoalv1.Shoal_CopyFromSandboxServer) error {
+	if err := validateRef(req.Workspace, req.Name); err != nil {
+		return err
+	}
+	if err := validCopyPath("path", req.Path); err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	id, remote, release, err := s.streamSlot(ctx, req.Workspace, req.Name, false)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if remote != nil {
+		fwd, err := remote.client.CopyFromSandbox(remote.ctx, req)
+		if err != nil {
+			return err
+		}
+		return relay(remote, s.cfg.Node, "copy", fwd, stream.Send)
+	}
+	p, rename := req.Path, ""
+	if req.FollowLink {
+		if p, err = s.followLinks(ctx, id, req.Path); err != nil {
+			return inSandbox(req.Name, err)
+		}
+		if p != req.Path {
+			rename = path.Base(path.Clean(req.Path))
+		}
+	}
+	rc, st, err := s.cfg.Runtime.CopyFrom(ctx, id, p)
+	if err != nil {
+		return inSandbox(req.Name, err)
+	}
+	defer rc.Close()
+	stat := pathStat(st)
+	if rename != "" {
+		stat.Name = rename
+	}
+	if err := stream.Send(&shoalv1.CopyChunk{Stat: stat}); err != nil {
+		return err
+	}
+	w := &copyWriter{send: stream.Send}
+	if rename != "" && rename != st.Name {
+		_, err = tarcopy.Rebase(w, rc, st.Name, rename, nil)
+	} else {
+		_, err = io.Copy(w, rc)
+	}
+	if err != nil {
+		return inSandbox(req.Name, err)
+	}
+	return w.flush()
+}
+
+// followLinks resolves the symbolic links at the end of p (docker cp -L).
+func (s *Server) followLinks(ctx context.Context, id, p string) (string, error) {
+	for range maxLinkHops {
+		st, err := s.cfg.Runtime.StatPath(ctx, id, p)
+		if err != nil {
+			return "", err
+		}
+		if st.Mode&fs.ModeSymlink == 0 {
+			return p, nil
+		}
+		p = linkTarget(p, st.LinkTarget)
+	}
+	return "", shoal.FailedPrecondition("%s: more than %d symbolic links in a row", p, maxLinkHops)
+}
+
+func pathStat(st shoal.PathStat) *shoalv1.PathStat {
+	m := st.Mode
+	mode := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	t := shoalv1.FileType_FILE_TYPE_OTHER
+	switch {
+	case m.IsRegular():
+		t = shoalv1.FileType_FILE_TYPE_REGULAR
+	case m.IsDir():
+		t = shoalv1.FileType_FILE_TYPE_DIRECTORY
+	case m&fs.ModeSymlink != 0:
+		t = shoalv1.FileType_FILE_TYPE_SYMLINK
+	}
+	out := &shoalv1.PathStat{Name: st.Name, Type: t, Mode: mode, Size: st.Size, LinkTarget: st.LinkTarget}
+	if !st.ModTime.IsZero() {
+		out.Mtime = timestamppb.New(st.ModTime)
+	}
+	return out
+}
+
+func fileType(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
+}
+
+// copyWriter sends what is written to it as CopyChunks of copyChunk bytes
+// (the last one shorter, at flush): large messages, whatever sizes the
+// engine's reads come in.
+type copyWriter struct {
+	send func(*shoalv1.CopyChunk) error
+	buf  []byte
+}
+
+func (w *copyWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		if w.buf == nil {
+			// A new buffer each message: a sent message may still be
+			// read (stats handlers), never written again.
+			w.buf = make([]byte, 0, copyChunk)
+		}
+		k := min(len(p), copyChunk-len(w.buf))
+		w.buf = append(w.buf, p[:k]...)
+		p = p[k:]
+		if len(w.buf) == copyChunk {
+			if err := w.flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return n, nil
+}
+
+func (w *copyWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	b := w.buf
+	w.buf = nil
+	return w.send(&shoalv1.CopyChunk{Data: b})
+}
