@@ -2,12 +2,16 @@ package apiserver
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"path"
 
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"shoal"
@@ -89,7 +93,9 @@ func (s *Server) CopyToSandbox(stream shoalv1.Shoal_CopyToSandboxServer) error {
 		pr.CloseWithError(errEngineDone)
 		copied <- err
 	}()
-	st, rerr := tarcopy.Rebase(pw, &copyInput{stream: stream}, from, place.Rename, tarcopy.RefuseDevices)
+	in := &copyInput{stream: stream}
+	defer in.close()
+	st, rerr := tarcopy.Rebase(pw, in, from, place.Rename, tarcopy.RefuseDevices)
 	pw.CloseWithError(rerr) // nil: the stream's end
 	cerr := <-copied
 	if rerr != nil && !errors.Is(rerr, errEngineDone) {
@@ -135,32 +141,72 @@ func validCopyPath(field, p string) error {
 
 // copyInput reads the tar stream of a CopyToSandbox call: the data of the
 // messages after the first, until the half-close (io.EOF). A broken call
-// is its error, never the stream's end.
+// is its error, never the stream's end. A message that is its data field
+// alone (every one a client sends) is read where it arrived, in gRPC's
+// buffers (relayCodec): it is not decoded into a copy first. Any other is
+// decoded.
 type copyInput struct {
-	stream interface {
-		Recv() (*shoalv1.CopyToSandboxInput, error)
-	}
-	buf []byte
+	stream interface{ RecvMsg(any) error }
+	data   *mem.Reader // the current message's data
+	buf    []byte      // or, decoded, what is left of it
 }
 
+// dataTag is the tag of CopyToSandboxInput.data in its encoding.
+var dataTag = byte(protowire.EncodeTag((&shoalv1.CopyToSandboxInput{}).ProtoReflect().Descriptor().Fields().ByName("data").Number(), protowire.BytesType))
+
 func (c *copyInput) Read(p []byte) (int, error) {
-	for len(c.buf) == 0 {
-		m, err := c.stream.Recv()
+	for {
+		if c.data != nil && c.data.Remaining() > 0 {
+			return c.data.Read(p)
+		}
+		if len(c.buf) > 0 {
+			n := copy(p, c.buf)
+			c.buf = c.buf[n:]
+			return n, nil
+		}
+		c.close()
+		var f rawFrame
+		if err := c.stream.RecvMsg(&f); err != nil {
+			return 0, err
+		}
+		err := c.take(f.data)
+		f.free()
 		if err != nil {
 			return 0, err
 		}
-		switch in := m.Input.(type) {
-		case *shoalv1.CopyToSandboxInput_Data:
-			c.buf = in.Data
-		case *shoalv1.CopyToSandboxInput_Start:
-			return 0, shoal.Invalid("start", "is allowed in the first message only")
-		default:
-			return 0, shoal.Invalid("input", "a message carries neither start nor data")
+	}
+}
+
+// take makes a received message's data the next to read.
+func (c *copyInput) take(msg mem.BufferSlice) error {
+	r := msg.Reader()
+	if tag, err := r.ReadByte(); err == nil && tag == dataTag {
+		if n, err := binary.ReadUvarint(r); err == nil && n == uint64(r.Remaining()) {
+			c.data = r
+			return nil
 		}
 	}
-	n := copy(p, c.buf)
-	c.buf = c.buf[n:]
-	return n, nil
+	r.Close()
+	var m shoalv1.CopyToSandboxInput
+	if err := proto.Unmarshal(msg.Materialize(), &m); err != nil {
+		return shoal.Invalid("input", "a message does not decode: %v", err)
+	}
+	switch in := m.Input.(type) {
+	case *shoalv1.CopyToSandboxInput_Data:
+		c.buf = in.Data
+		return nil
+	case *shoalv1.CopyToSandboxInput_Start:
+		return shoal.Invalid("start", "is allowed in the first message only")
+	}
+	return shoal.Invalid("input", "a message carries neither start nor data")
+}
+
+// close releases the buffers of the message being read.
+func (c *copyInput) close() {
+	if c.data != nil {
+		c.data.Close()
+		c.data = nil
+	}
 }
 
 // copyInputErr is the error of a copy's stream that could not be taken:
@@ -251,16 +297,22 @@ func (s *Server) forwardCopyTo(remote *ownerCall, first *shoalv1.CopyToSandboxIn
 	if err != nil {
 		return err
 	}
-	for m := first; ; {
-		if fwd.Send(m) != nil {
+	// The data goes on as it came, never decoded here (relayCodec).
+	for m := any(first); ; {
+		if fwd.SendMsg(m) != nil {
+			if f, ok := m.(*rawFrame); ok {
+				f.free()
+			}
 			break // the owner ended the call: CloseAndRecv says why
 		}
-		if m, err = stream.Recv(); errors.Is(err, io.EOF) {
+		f := &rawFrame{}
+		if err := stream.RecvMsg(f); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			fcancel(err)
 			return err
 		}
+		m = f
 	}
 	resp, err := fwd.CloseAndRecv()
 	if err != nil {
@@ -287,7 +339,7 @@ func (s *Server) CopyFromSandbox(req *shoalv1.CopyFromSandboxRequest, stream sho
 		if err != nil {
 			return err
 		}
-		return relay(remote, s.cfg.Node, "copy", fwd, stream.Send)
+		return relayRaw(remote, s.cfg.Node, "copy", fwd, stream.SendMsg)
 	}
 	p, rename := req.Path, ""
 	if req.FollowLink {
@@ -310,7 +362,7 @@ func (s *Server) CopyFromSandbox(req *shoalv1.CopyFromSandboxRequest, stream sho
 	if err := stream.Send(&shoalv1.CopyChunk{Stat: stat}); err != nil {
 		return err
 	}
-	w := &copyWriter{send: stream.Send}
+	w := &copyWriter{send: stream.SendMsg}
 	if rename != "" && rename != st.Name {
 		_, err = tarcopy.Rebase(w, rc, st.Name, rename, nil)
 	} else {
@@ -377,26 +429,34 @@ func fileType(m fs.FileMode) string {
 	return "special file"
 }
 
-// copyWriter sends what is written to it as CopyChunks of copyChunk bytes
-// (the last one shorter, at flush): large messages, whatever sizes the
-// engine's reads come in.
+// copyWriter sends what is written to it as CopyChunks of copyChunk
+// bytes of data (the last one shorter, at flush), each encoded here: the
+// chunk is its data field alone, written in front of the data in the one
+// buffer it was gathered in, and sent as it is (a rawFrame, relayCodec).
+// A message may still be read once sent (stats handlers): each has a
+// buffer of its own.
 type copyWriter struct {
-	send func(*shoalv1.CopyChunk) error
-	buf  []byte
+	send func(any) error
+	buf  []byte // chunkHead bytes kept for the field's tag and length, then the data
 }
+
+// chunkHead is the most a chunk's tag and length take: a tag of one byte
+// and a length below 1<<21, three.
+const chunkHead = 4
+
+// chunkData is the field number of CopyChunk.data.
+var chunkData = (&shoalv1.CopyChunk{}).ProtoReflect().Descriptor().Fields().ByName("data").Number()
 
 func (w *copyWriter) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
 		if w.buf == nil {
-			// A new buffer each message: a sent message may still be
-			// read (stats handlers), never written again.
-			w.buf = make([]byte, 0, copyChunk)
+			w.buf = make([]byte, chunkHead, chunkHead+copyChunk)
 		}
-		k := min(len(p), copyChunk-len(w.buf))
+		k := min(len(p), chunkHead+copyChunk-len(w.buf))
 		w.buf = append(w.buf, p[:k]...)
 		p = p[k:]
-		if len(w.buf) == copyChunk {
+		if len(w.buf) == chunkHead+copyChunk {
 			if err := w.flush(); err != nil {
 				return 0, err
 			}
@@ -406,10 +466,13 @@ func (w *copyWriter) Write(p []byte) (int, error) {
 }
 
 func (w *copyWriter) flush() error {
-	if len(w.buf) == 0 {
+	if len(w.buf) <= chunkHead {
 		return nil
 	}
-	b := w.buf
+	head := protowire.AppendVarint(protowire.AppendTag(nil, chunkData, protowire.BytesType), uint64(len(w.buf)-chunkHead))
+	start := chunkHead - len(head)
+	copy(w.buf[start:], head)
+	f := &rawFrame{data: mem.BufferSlice{mem.SliceBuffer(w.buf[start:])}}
 	w.buf = nil
-	return w.send(&shoalv1.CopyChunk{Data: b})
+	return w.send(f)
 }

@@ -147,6 +147,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		grpc.Creds(s.cfg.Transport.ServerCreds()),
 		grpc.MaxRecvMsgSize(shoal.MaxRequestBytes),
 		grpc.MaxSendMsgSize(shoal.MaxResponseBytes),
+		grpc.ForceServerCodecV2(newRelayCodec()),
 		grpc.ChainUnaryInterceptor(s.unary),
 		grpc.ChainStreamInterceptor(s.stream),
 	}
