@@ -9,8 +9,8 @@
 // itself: server-driven writes go through the store's update loop.
 //
 // Streams are bounded (streams.go): at most MaxWatches watches and
-// MaxExecs exec or logs --follow streams at once, beyond which a call gets
-// RESOURCE_EXHAUSTED naming the flag; Shutdown ends every open stream and
+// MaxExecs exec, copy or logs --follow streams at once, beyond which a
+// call gets RESOURCE_EXHAUSTED naming the flag; Shutdown ends every open stream and
 // wait with UNAVAILABLE so that the node stops promptly. CreateSandbox
 // also asks the node's engine (Engine) whether the image is there, before
 // anything is stored, when this node is the one the sandbox will run on
@@ -18,7 +18,10 @@
 // against every node's registration (store/nodes.go).
 //
 // Any node serves any call: one that needs a sandbox's container (exec,
-// logs) is relayed to the owning node (forward.go).
+// logs, copies) is relayed to the owning node (forward.go). Copies
+// (copy.go) follow docker cp's rules, decided on the owner (package
+// tarcopy); their data passes a relaying node as it came, never decoded
+// (relaycodec.go).
 //
 // ListEvents and WatchEvents (events.go) read the sandboxes' events
 // (package events) through the store's event log; DeleteSandbox and the

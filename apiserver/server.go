@@ -49,13 +49,15 @@ type Engine interface {
 // Config of a Server.
 type Config struct {
 	Store *store.Store
-	// Runtime may be nil: Exec and Logs then answer UNAVAILABLE.
+	// Runtime may be nil: Exec, Logs and the copies then answer
+	// UNAVAILABLE.
 	Runtime Runtime
 	// Engine may be nil: CreateSandbox then skips the image check (the
 	// owning node's agent still reports a missing image as ERROR).
 	Engine Engine
 	// MaxWatches and MaxExecs cap the streams served at once: watches,
-	// and container streams (exec, logs --follow). 0 means the defaults.
+	// and container streams (exec, copies, logs --follow). 0 means the
+	// defaults.
 	MaxWatches, MaxExecs int
 	// MaxStreamsPerClient caps the streams one client holds at once (0:
 	// DefaultMaxStreamsPerClient; negative: no cap).

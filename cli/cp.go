@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -181,7 +182,7 @@ func (a *app) cpTo(ctx context.Context, local string, dst cpRef, o cpOptions) er
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
 		bar.abort()
-		return a.cpErr(err)
+		return a.cpErr(err, dst)
 	}
 	bar.done(fmt.Sprintf("copied %s to %s:%s", sizeText(resp.Bytes), dst.name, resp.Path))
 	return nil
@@ -241,11 +242,11 @@ func (a *app) cpFrom(ctx context.Context, src cpRef, local string, o cpOptions) 
 	defer cancel()
 	stream, err := api.CopyFromSandbox(ctx, &shoalv1.CopyFromSandboxRequest{Workspace: src.workspace, Name: src.name, Path: src.path, FollowLink: o.follow})
 	if err != nil {
-		return a.cpErr(err)
+		return a.cpErr(err, src)
 	}
 	first, err := stream.Recv()
 	if err != nil {
-		return a.cpErr(err)
+		return a.cpErr(err, src)
 	}
 	st := first.GetStat()
 	if st == nil || !tarcopy.ValidSourceName(st.Name) {
@@ -254,7 +255,7 @@ func (a *app) cpFrom(ctx context.Context, src cpRef, local string, o cpOptions) 
 	r := &cpReceiver{stream: stream}
 	if local == "-" {
 		if _, err := io.Copy(a.stdout, r); err != nil {
-			return a.cpErr(err)
+			return a.cpErr(err, src)
 		}
 		return nil
 	}
@@ -278,7 +279,7 @@ func (a *app) cpFrom(ctx context.Context, src cpRef, local string, o cpOptions) 
 	}
 	if err != nil {
 		bar.abort()
-		return a.cpErr(err)
+		return a.cpErr(err, src)
 	}
 	landed := filepath.FromSlash(place.Landed(source))
 	if xs.Unsafe > 0 {
@@ -379,9 +380,9 @@ func localErr(p string, err error) error {
 	return &exitError{code: ExitError, msg: err.Error()}
 }
 
-// cpErr gives a copy's errors from the node the hints a copy needs; the
-// rest are classified as any call's.
-func (a *app) cpErr(err error) error {
+// cpErr gives a copy's errors from the node the hints a copy needs (ref
+// is its sandbox side); the rest are classified as any call's.
+func (a *app) cpErr(err error, ref cpRef) error {
 	st, ok := status.FromError(err)
 	if !ok {
 		switch {
@@ -393,7 +394,7 @@ func (a *app) cpErr(err error) error {
 	msg := st.Message()
 	switch {
 	case st.Code() == codes.NotFound && strings.Contains(msg, "no such "):
-		return &exitError{code: ExitNotFound, msg: msg, hint: "`shoal sandbox exec NAME -- ls -la DIR` shows what the sandbox has there"}
+		return &exitError{code: ExitNotFound, msg: msg, hint: fmt.Sprintf("`shoal sandbox exec %s -- ls -la %s` shows what the sandbox has there", ref.name, path.Dir(path.Clean(ref.path)))}
 	case st.Code() == codes.FailedPrecondition && strings.Contains(msg, "read-only root filesystem"):
 		return &exitError{code: ExitPrecondition, msg: msg, hint: "copy under its tmpfs (/tmp) while it runs, or create the sandbox without --read-only"}
 	}

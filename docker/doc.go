@@ -24,6 +24,10 @@
 // once per Runtime; ReapExecs, run by a restarted node's agent, kills the
 // execs that still run under another token: an earlier run of the node
 // died without ending them.
+// Copies in and out (copy.go) use the engine's archive API, which works
+// on a stopped container too; on a tmpfs mount (a read-only sandbox's
+// /tmp), which that API cannot see, tar in the running container does the
+// copy.
 // Docker's error text reaches callers, scrubbed of the container's
 // credentials.
 package docker

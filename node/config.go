@@ -71,7 +71,7 @@ type Config struct {
 	// an etcd watch and goroutines); beyond it a watch is refused with
 	// RESOURCE_EXHAUSTED.
 	MaxWatches int
-	// MaxExecs caps the container streams (exec, logs --follow) the API
+	// MaxExecs caps the container streams (exec, sandbox cp, logs --follow) the API
 	// serves at once; each holds a connection to the Docker engine.
 	MaxExecs int
 	// MaxStreamsPerClient caps the streams one client certificate holds

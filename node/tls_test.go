@@ -243,6 +243,26 @@ func TestRolesOverMutualTLS(t *testing.T) {
 		_, err = ex.Recv()
 	}
 	denied(err, "viewer", "shoal.v1.Shoal/Exec")
+	// Copies are execs by other means: not for viewers, either way.
+	cf, err := viewer.CopyFromSandbox(ctx, &shoalv1.CopyFromSandboxRequest{Name: "s", Path: "/etc"})
+	if err == nil {
+		_, err = cf.Recv()
+	}
+	denied(err, "viewer", "shoal.v1.Shoal/CopyFromSandbox")
+	ct, err := viewer.CopyToSandbox(ctx)
+	if err == nil {
+		_ = ct.Send(&shoalv1.CopyToSandboxInput{Input: &shoalv1.CopyToSandboxInput_Start{Start: &shoalv1.CopyToSandboxStart{Name: "s", Path: "/tmp"}}})
+		_, err = ct.CloseAndRecv()
+	}
+	denied(err, "viewer", "shoal.v1.Shoal/CopyToSandbox")
+	// An operator may (a hollow container has no files to copy).
+	cf, err = operator.CopyFromSandbox(ctx, &shoalv1.CopyFromSandboxRequest{Name: "s", Path: "/etc"})
+	if err == nil {
+		_, err = cf.Recv()
+	}
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "hollow") {
+		t.Fatalf("operator copies out of a hollow sandbox: %v", err)
+	}
 	_, err = operatorCluster.CordonNode(ctx, &shoalv1.CordonNodeRequest{Name: cfg.ID, Cordon: true})
 	denied(err, "operator", "shoal.v1.Cluster/CordonNode")
 	if _, err := adminCluster.CordonNode(ctx, &shoalv1.CordonNodeRequest{Name: cfg.ID, Cordon: true}); err != nil {
@@ -292,6 +312,9 @@ func TestRolesOverMutualTLS(t *testing.T) {
 		"operator Shoal/CreateSandbox default/s OK",
 		"viewer Shoal/DeleteSandbox default/s PermissionDenied",
 		"viewer Shoal/Exec  PermissionDenied",
+		"viewer Shoal/CopyFromSandbox  PermissionDenied",
+		"viewer Shoal/CopyToSandbox  PermissionDenied",
+		"operator Shoal/CopyFromSandbox default/s FailedPrecondition",
 		"operator Cluster/CordonNode " + cfg.ID + " PermissionDenied",
 		"admin Cluster/CordonNode " + cfg.ID + " OK",
 		"node Cluster/CordonNode " + cfg.ID + " OKn-peer",
