@@ -14,6 +14,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -125,6 +126,9 @@ func (a *app) cpTo(ctx context.Context, local string, dst cpRef, o cpOptions) er
 	var bar *cpBar
 	var write func(io.Writer) error
 	if local == "-" {
+		if isTerminalFile(a.stdin) {
+			return usageError("sandbox cp - reads a tar stream from standard input, which is a terminal: pipe one in (tar c -C DIR . | shoal sandbox cp - %s)", dst)
+		}
 		write = func(w io.Writer) error {
 			if _, err := io.Copy(w, a.stdin); err != nil && !errors.Is(err, errCallEnded) {
 				return fmt.Errorf("standard input: %w", err)
@@ -237,6 +241,10 @@ func (a *app) cpFrom(ctx context.Context, src cpRef, local string, o cpOptions) 
 	api, err := a.api()
 	if err != nil {
 		return err
+	}
+	if local == "-" && isTerminalFile(a.stdout) {
+		// As tar does: a tar stream is no sight for a terminal.
+		return usageError("sandbox cp %s - writes a tar stream to standard output, which is a terminal: redirect it, or give a local path", src)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -495,4 +503,10 @@ func sizeText(n int64) string {
 		i++
 	}
 	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
+}
+
+// isTerminalFile reports whether f is a terminal.
+func isTerminalFile(f any) bool {
+	file, ok := f.(*os.File)
+	return ok && term.IsTerminal(int(file.Fd()))
 }

@@ -385,6 +385,14 @@ func TestCopyCLI(t *testing.T) {
 	if out := q.output(); out != "" {
 		t.Fatalf("cp -q on a terminal showed %q", out)
 	}
+	// A tar stream is neither read from nor written to a terminal.
+	for _, args := range [][]string{{"-", "far:/x"}, {"far:/x", "-"}} {
+		p := startPTY(t, bin, front, append([]string{"sandbox", "cp"}, args...)...)
+		if code := p.wait(); code != 2 {
+			t.Fatalf("cp %q on a terminal: exit %d, want 2:\n%s", args, code, p.output())
+		}
+		p.expect(0, "is a terminal")
+	}
 
 	// The owner is killed in the middle of a copy into its sandbox: the
 	// client's error names it (5), not the node it dialed.

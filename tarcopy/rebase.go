@@ -77,11 +77,11 @@ func next(tr *tar.Reader) (*tar.Header, error) {
 	return hdr, err
 }
 
-// regular gives the old and the sparse flags of a regular file the one
-// flag a writer writes (a reader expands a sparse file's holes).
+// regular gives a sparse file the flag a writer writes for a regular one
+// (a reader expands its holes; the reader gives old writers' flag for a
+// regular file, TypeRegA, as TypeReg already).
 func regular(hdr *tar.Header) {
-	//nolint:staticcheck // TypeRegA is what old writers wrote; it is read here, never written.
-	if hdr.Typeflag == tar.TypeRegA || hdr.Typeflag == tar.TypeGNUSparse {
+	if hdr.Typeflag == tar.TypeGNUSparse {
 		hdr.Typeflag = tar.TypeReg
 	}
 }
