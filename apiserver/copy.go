@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -85,8 +86,9 @@ func (s *Server) CopyToSandbox(stream shoalv1.Shoal_CopyToSandboxServer) error {
 	pr, pw := io.Pipe()
 	copied := make(chan error, 1)
 	go func() {
-		// Only a Reader: the engine's client must not close the pipe.
-		err := s.cfg.Runtime.CopyTo(ctx, id, place.Dir, struct{ io.Reader }{pr})
+		// Read a chunk at a time (the engine's client would read 32 KiB),
+		// and only read: the engine's client must not close the pipe.
+		err := s.cfg.Runtime.CopyTo(ctx, id, place.Dir, bufio.NewReaderSize(pr, copyChunk))
 		if err == nil {
 			_, _ = io.Copy(io.Discard, pr)
 		}

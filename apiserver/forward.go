@@ -58,6 +58,7 @@ func (p *peers) client(addr string) (shoalv1.ShoalClient, error) {
 	}
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(p.transport.DialCreds()),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(tracing.Propagator))),
+		grpc.WithReadBufferSize(shoal.ClientBufferBytes), grpc.WithWriteBufferSize(shoal.ClientBufferBytes),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(shoal.MaxResponseBytes), grpc.MaxCallSendMsgSize(shoal.MaxRequestBytes), grpc.ForceCodecV2(newRelayCodec())))
 	if err != nil {
 		return nil, shoal.Unavailable("peer %s: %v", addr, err)

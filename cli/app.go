@@ -215,6 +215,7 @@ func (a *app) api() (shoalv1.ShoalClient, error) {
 		// A node that does not answer the connect is left after 5s for
 		// the next (gRPC waits 20s by default).
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: 5 * time.Second}),
+		grpc.WithReadBufferSize(shoal.ClientBufferBytes), grpc.WithWriteBufferSize(shoal.ClientBufferBytes),
 		// The server's limits, from their one definition: a response the
 		// server may send must never be refused here (gRPC's default
 		// receive limit is 4 MiB, the server sends up to 8), and a

@@ -410,9 +410,13 @@ func TestCopyCLI(t *testing.T) {
 	must(err)
 	c.Kill(1)
 	// Writes go on until the client exits (then they fail).
-	go func() { _, _ = io.Copy(stdin, fill) }()
-	werr := cmd.Wait()
-	stdin.Close()
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		_, _ = io.Copy(stdin, fill)
+	}()
+	werr := cmd.Wait() // closes stdin once the client has exited
+	<-wrote
 	code := 0
 	if ee, ok := werr.(*exec.ExitError); ok {
 		code = ee.ExitCode()

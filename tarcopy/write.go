@@ -116,6 +116,7 @@ func Write(w io.Writer, l Local, opts WriteOptions) (Stats, error) {
 	tw := tar.NewWriter(w)
 	var st Stats
 	links := map[fileID]string{}
+	buf := make([]byte, copyBuffer)
 	err := filepath.WalkDir(l.Path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -175,7 +176,7 @@ func Write(w io.Writer, l Local, opts WriteOptions) (Stats, error) {
 		if opts.Read != nil {
 			r = &countReader{r: src, f: opts.Read}
 		}
-		n, err := io.Copy(tw, io.LimitReader(r, hdr.Size))
+		n, err := io.CopyBuffer(onlyWriter{tw}, io.LimitReader(r, hdr.Size), buf)
 		st.Bytes += n
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
