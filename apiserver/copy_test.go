@@ -220,6 +220,7 @@ func TestCopyToAndFromSandbox(t *testing.T) {
 		{"a file under a missing directory", &shoalv1.CopyToSandboxStart{Name: "cp", Path: "/nodir/x", SourceName: "f.txt"}, file, codes.NotFound, "/nodir"},
 		{"a missing sandbox", &shoalv1.CopyToSandboxStart{Name: "nope", Path: "/x", SourceName: "f.txt"}, file, codes.NotFound, "nope"},
 		{"onto a device", &shoalv1.CopyToSandboxStart{Name: "cp", Path: "/dev/null", SourceName: "f.txt"}, file, codes.FailedPrecondition, "/dev/null"},
+		{"into the credential files' tmpfs", &shoalv1.CopyToSandboxStart{Name: "cp", Path: "/run/shoal/x", SourceName: "f.txt"}, file, codes.FailedPrecondition, "/run/shoal"},
 	} {
 		_, err := copyIn(ctx, c, tc.start, tc.data)
 		wantCode(t, tc.what, err, tc.code, tc.sub)

@@ -51,6 +51,9 @@ func (r *Runtime) CopyTo(ctx context.Context, id, dir string, tar io.Reader) err
 	if err != nil {
 		return err
 	}
+	if clean := path.Clean(dir); clean == CredentialMount || strings.HasPrefix(clean, CredentialMount+"/") {
+		return shoal.FailedPrecondition("%s is under %s, shoal's own tmpfs for the providers' credentials as files: the node rewrites it, and a copy may not", dir, CredentialMount)
+	}
 	if c.tmpfs != "" {
 		return r.tarExec(ctx, id, []string{"tar", "-x", "-f", "-", "-C", dir}, tar, io.Discard)
 	}
@@ -171,8 +174,8 @@ func (r *Runtime) copyErr(err error, p string, c copyTarget) error {
 		return shoal.NotFound("no such file or directory: %s", p)
 	case strings.Contains(text, "rootfs is marked read-only"):
 		where := "nothing in it is writable"
-		if len(c.mounts) > 0 {
-			where = "only its tmpfs " + strings.Join(c.mounts, ", ") + " is writable, while it runs"
+		if w := slices.DeleteFunc(slices.Clone(c.mounts), func(m string) bool { return m == CredentialMount }); len(w) > 0 {
+			where = "only its tmpfs " + strings.Join(w, ", ") + " is writable, while it runs"
 		}
 		return shoal.FailedPrecondition("%s is on the sandbox's read-only root filesystem (created with --read-only): %s", p, where)
 	case strings.Contains(text, "not a directory"):

@@ -255,7 +255,12 @@ func TestRolesOverMutualTLS(t *testing.T) {
 		_, err = ct.CloseAndRecv()
 	}
 	denied(err, "viewer", "shoal.v1.Shoal/CopyToSandbox")
-	// An operator may (a hollow container has no files to copy).
+	// An operator may (a hollow container has no files to copy), once
+	// the sandbox has its container.
+	testenv.Eventually(t, 30*time.Second, "the sandbox has a container", func() (bool, error) {
+		sb, err := operator.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "s"})
+		return err == nil && sb.GetStatus().GetContainerId() != "", err
+	})
 	cf, err = operator.CopyFromSandbox(ctx, &shoalv1.CopyFromSandboxRequest{Name: "s", Path: "/etc"})
 	if err == nil {
 		_, err = cf.Recv()
