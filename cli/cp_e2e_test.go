@@ -227,7 +227,8 @@ func TestCopyThroughANonOwner(t *testing.T) {
 // non-owner: docker cp's DIR vs DIR/., - as a tar stream either way,
 // [WORKSPACE/]NAME:PATH and -w, a missing source (3, naming it), a
 // read-only root (4, naming the path; its /tmp copied while it runs), a
-// stopped sandbox both ways, links that point out of the destination
+// sandbox whose command ended and one stopped with sandbox stop, both ways
+// (the files there once it starts again), links that point out of the destination
 // never written through, the progress bar on a terminal only, and an owner
 // killed in the middle of a copy (5, naming it).
 func TestCopyCLI(t *testing.T) {
@@ -343,6 +344,17 @@ func TestCopyCLI(t *testing.T) {
 	run(t, bin, front, "sandbox", "cp", "job:/result.back", filepath.Join(local, "result.back")).must(t, 0, "cp what was copied into a stopped sandbox")
 	if b, _ := os.ReadFile(filepath.Join(local, "result.back")); string(b) != "done\n" {
 		t.Fatalf("a stopped sandbox's file, copied in and out: %q", b)
+	}
+
+	// A sandbox stopped with sandbox stop: files go in and out while it is
+	// STOPPED, and are there when it runs again (the same container).
+	run(t, bin, front, "sandbox", "create", "st", "--node", owner, "--wait").must(t, 0, "create st")
+	run(t, bin, front, "sandbox", "stop", "st", "--grace", "0", "--wait").must(t, 0, "stop st")
+	run(t, bin, front, "sandbox", "cp", src, "st:/kept").must(t, 0, "cp into a stopped sandbox")
+	run(t, bin, front, "sandbox", "cp", "st:/kept/a.txt", filepath.Join(local, "kept.txt")).must(t, 0, "cp out of a stopped sandbox")
+	run(t, bin, front, "sandbox", "start", "st", "--wait").must(t, 0, "start st")
+	if got := inSandbox("st", "cat /kept/a.txt /kept/sub/b.txt"); got != "alpha\nbeta\n" {
+		t.Fatalf("files copied into a stopped sandbox, once it runs again: %q", got)
 	}
 
 	// Links the sandbox made to point out of the destination: copied as
