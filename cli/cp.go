@@ -130,12 +130,11 @@ func (a *app) cpTo(ctx context.Context, local string, dst cpRef, o cpOptions) er
 			return usageError("sandbox cp - reads a tar stream from standard input, which is a terminal: pipe one in (tar c -C DIR . | shoal sandbox cp - %s)", dst)
 		}
 		write = func(w io.Writer) error {
-			if _, err := io.Copy(w, a.stdin); err != nil && !errors.Is(err, errCallEnded) {
+			_, err := io.Copy(w, a.stdin)
+			if err != nil && !errors.Is(err, errCallEnded) {
 				return fmt.Errorf("standard input: %w", err)
-			} else if err != nil {
-				return err
 			}
-			return nil
+			return err
 		}
 	} else {
 		l, err := tarcopy.Resolve(local, o.follow)
