@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/client"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -150,7 +151,7 @@ func TestStopStartKeepsTheContainer(t *testing.T) {
 	if _, err := c.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: "ss", Wait: true}); err != nil {
 		t.Fatalf("delete of a stopped sandbox: %v", err)
 	}
-	if _, err := dc.ContainerInspect(ctx, id); !client.IsErrNotFound(err) {
+	if _, err := dc.ContainerInspect(ctx, id); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("container of a deleted stopped sandbox: %v", err)
 	}
 }
