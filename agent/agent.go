@@ -20,6 +20,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/events"
 	"shoal/internal/backoff"
+	"shoal/internal/chaosbreak"
 	"shoal/metrics"
 	"shoal/store"
 	"shoal/workqueue"
@@ -696,7 +697,7 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 		UID: sb.Meta.Uid, Name: sb.Meta.Name, Workspace: sb.Meta.Workspace,
 		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets,
 		CPUMillis: cpu, MemoryBytes: mem, PidsLimit: a.cfg.Limits.Pids, ReadOnlyRoot: spec.GetReadOnlyRoot(),
-		Settle: settle, Created: wantStopped(sb),
+		Settle: settle, Created: wantStopped(sb) && !chaosbreak.Is("ack-before-stop"),
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -754,6 +755,11 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 		store.SetCondition(st, "Provisioned", "True", "ContainerStarted", "")
 		observe(st, id, state)
 		if wantStopped(sb) {
+			if chaosbreak.Is("ack-before-stop") {
+				// Broken on purpose (test builds only): ran, and
+				// recorded as stopped.
+				st.Phase = shoalv1.SandboxPhase_STOPPED
+			}
 			observeRunState(st, sb, gen, state)
 		}
 	}); err != nil {

@@ -119,7 +119,7 @@ func TestBrokenGuaranteesAreCaught(t *testing.T) {
 		{"stale-cache", "conflicts", "1-linearizable", 2},
 		// A stop recorded as done but never done: the container runs on
 		// while its record says STOPPED, which the samples catch.
-		{"ack-before-stop", "stop-start", "15-stopped-stays-stopped", 2},
+		{"ack-before-stop", "stop-start", "15-stopped-stays-stopped", 4},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()

@@ -12,8 +12,9 @@
 //	check-then-act       store: provider delete checks for attachments, then
 //	                     deletes without comparing them in its Txn (invariant 4)
 //	ack-before-stop      agent: a stop is recorded as done (STOPPED, its
-//	                     generation observed) without stopping the container
-//	                     (invariant 15)
+//	                     generation observed) without stopping the container,
+//	                     and a sandbox stopped before its container was made
+//	                     gets a running one recorded as stopped (invariant 15)
 //	no-freeze            agent: a node that stops holding its lease does not
 //	                     pause its containers (invariant 9)
 //	unfenced-leader      store: leader-only writes lose their fence compare,
