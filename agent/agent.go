@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -934,9 +933,9 @@ func (a *Agent) setStatus(ctx context.Context, seen *shoalv1.Sandbox, f func(*sh
 					store.SetCondition(sb.Status, store.ConditionNodeLost, "False", "NodeReady", "")
 				}
 			}
-			sb.Status.Message = truncate(sb.Status.Message, MaxMessageBytes)
+			sb.Status.Message = events.Truncate(sb.Status.Message, MaxMessageBytes)
 			for _, c := range sb.Status.Conditions {
-				c.Message = truncate(c.Message, MaxMessageBytes)
+				c.Message = events.Truncate(c.Message, MaxMessageBytes)
 			}
 			return nil
 		})
@@ -954,17 +953,4 @@ func ignoreGone(err error) error {
 		return nil
 	}
 	return err
-}
-
-// truncate cuts s to at most n bytes on a UTF-8 boundary, marking the cut.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = "..."
-	cut := n - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
 }

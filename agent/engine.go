@@ -8,6 +8,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/events"
 	"shoal/store"
 	"shoal/workqueue"
 )
@@ -150,7 +151,7 @@ func (a *Agent) watchEngine(ctx context.Context, q *workqueue.Queue[item]) {
 				status, reason, msg = "True", "EngineNotAnswering", a.engineText(since, perr)
 			}
 			wctx, cancel := context.WithTimeout(ctx, stepTimeout)
-			err := a.cfg.Conditions.SetCondition(wctx, store.ConditionEngineUnavailable, status, reason, truncate(msg, MaxMessageBytes))
+			err := a.cfg.Conditions.SetCondition(wctx, store.ConditionEngineUnavailable, status, reason, events.Truncate(msg, MaxMessageBytes))
 			cancel()
 			if err != nil {
 				a.log.Warn("publish the engine's condition; will retry", "err", err)
@@ -190,7 +191,7 @@ func (a *Agent) requeueAll(ctx context.Context, q *workqueue.Queue[item]) {
 // the reason they wait.
 func (a *Agent) engineGone(ctx context.Context, sb *shoalv1.Sandbox) error {
 	_, _, why := a.EngineDown()
-	msg := truncate(why, MaxMessageBytes)
+	msg := events.Truncate(why, MaxMessageBytes)
 	if c := condition(sb.GetStatus(), store.ConditionEngineReachable); c != nil && c.Status == "False" &&
 		(sb.Meta.DeletionTimestamp != nil || sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING || sb.Status.Phase == shoalv1.SandboxPhase_UNKNOWN) {
 		return nil // says so already (a resync while down)

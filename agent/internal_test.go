@@ -6,12 +6,13 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"shoal/events"
 	"shoal/internal/backoff"
 )
 
 func TestTruncateKeepsUTF8AndTheBound(t *testing.T) {
 	for _, s := range []string{strings.Repeat("é", 1000), strings.Repeat("x", 5000), "short"} {
-		got := truncate(s, MaxMessageBytes)
+		got := events.Truncate(s, MaxMessageBytes)
 		if len(got) > MaxMessageBytes || !utf8.ValidString(got) {
 			t.Fatalf("truncate of %d bytes: %d bytes, valid UTF-8 %v", len(s), len(got), utf8.ValidString(got))
 		}

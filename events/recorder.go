@@ -222,7 +222,7 @@ func (r *Recorder) Record(sb *shoalv1.Sandbox, e Event) {
 	ts := timestamppb.New(at)
 	ev := &shoalv1.Event{
 		Workspace: m.GetWorkspace(), Sandbox: m.GetName(), SandboxUid: m.GetUid(),
-		Severity: severity(e.Reason, e.Warning), Reason: string(e.Reason), Message: truncate(e.Message, MaxMessageBytes),
+		Severity: severity(e.Reason, e.Warning), Reason: string(e.Reason), Message: Truncate(e.Message, MaxMessageBytes),
 		Details: details(e.Details), Node: node, ReportingNode: r.cfg.Node, Reporter: reasons[e.Reason].reporter,
 		FirstTime: ts, LastTime: ts, Count: 1,
 	}
@@ -525,13 +525,13 @@ func details(d map[string]string) map[string]string {
 		if len(out) == MaxDetails {
 			break
 		}
-		out[truncate(k, MaxDetailBytes)] = truncate(d[k], MaxDetailBytes)
+		out[Truncate(k, MaxDetailBytes)] = Truncate(d[k], MaxDetailBytes)
 	}
 	return out
 }
 
-// truncate cuts s to at most n bytes on a UTF-8 boundary, marking the cut.
-func truncate(s string, n int) string {
+// Truncate cuts s to at most n bytes on a UTF-8 boundary, marking the cut.
+func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
