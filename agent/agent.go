@@ -59,6 +59,11 @@ type Runtime interface {
 	// for a command that ends at once (runstate.go).
 	Stop(ctx context.Context, id string, grace time.Duration) error
 	Start(ctx context.Context, id string, settle time.Duration) error
+	// Refresh gives a stopped container the environment s.Env before a
+	// start: the same id when it has it already, else the id of a new
+	// container made from its files; the old one stays until
+	// RemoveContainer (runstate.go).
+	Refresh(ctx context.Context, id string, s shoal.ContainerSpec) (string, error)
 	// WriteCredentialFiles replaces a running container's credential
 	// files (credfiles.go): provider → key → value.
 	WriteCredentialFiles(ctx context.Context, id string, files map[string]map[string]string) error
@@ -647,27 +652,12 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	ctx, span := a.cfg.Tracer.Start(ctx, "agent.Provision")
 	defer span.End()
 	defer func(start time.Time) { a.cfg.Metrics.Provision(time.Since(start)) }(time.Now())
-	env, secrets, err := a.environment(ctx, sb)
+	env, secrets, reason, err := a.containerEnv(ctx, sb)
 	if err != nil {
-		reason := "ProviderUnavailable"
-		var clash *credentialClash
-		if errors.As(err, &clash) {
-			reason = "CredentialClash"
-		}
 		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 			st.Phase = shoalv1.SandboxPhase_ERROR
 			st.Message = err.Error()
 			store.SetCondition(st, "Provisioned", "False", reason, err.Error())
-		})
-	}
-	if n := shoal.EnvBytes(env); n > shoal.MaxContainerEnvBytes {
-		// The kernel would refuse to start the process; say why here.
-		msg := fmt.Sprintf("the container's environment is %d bytes (spec.env plus the credentials of its providers); at most %d fit: detach a provider or shrink env, then create the sandbox again",
-			n, shoal.MaxContainerEnvBytes)
-		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
-			st.Phase = shoalv1.SandboxPhase_ERROR
-			st.Message = msg
-			store.SetCondition(st, "Provisioned", "False", "EnvironmentTooLarge", msg)
 		})
 	}
 	spec := sb.GetSpec()
@@ -772,6 +762,27 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 		return a.cfg.Runtime.RemoveContainer(ctx, id)
 	}
 	return nil
+}
+
+// containerEnv is environment, checked: an error that the sandbox's
+// records and providers cause (not the store's) comes with the reason a
+// condition gives it, and says what to do.
+func (a *Agent) containerEnv(ctx context.Context, sb *shoalv1.Sandbox) (env, secrets []string, reason string, err error) {
+	env, secrets, err = a.environment(ctx, sb)
+	if err != nil {
+		reason = "ProviderUnavailable"
+		var clash *credentialClash
+		if errors.As(err, &clash) {
+			reason = "CredentialClash"
+		}
+		return nil, nil, reason, err
+	}
+	if n := shoal.EnvBytes(env); n > shoal.MaxContainerEnvBytes {
+		// The kernel would refuse to start the process; say why here.
+		return nil, nil, "EnvironmentTooLarge", fmt.Errorf("the container's environment is %d bytes (spec.env plus the credentials of its providers); at most %d fit: detach a provider or shrink env, then create the sandbox again",
+			n, shoal.MaxContainerEnvBytes)
+	}
+	return env, secrets, "", nil
 }
 
 // environment is the container's env: the sandbox's spec.env, then each

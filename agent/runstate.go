@@ -7,6 +7,7 @@ import (
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/events"
 	"shoal/internal/chaosbreak"
 	"shoal/store"
 )
@@ -22,8 +23,11 @@ import (
 //     the condition Stopped True, reason StopRequested. The container and
 //     its files stay, and so do its node and its capacity slot.
 //   - Start of a stopped one: phase STARTING, docker start of the same
-//     container (its files and the environment it was created with), then
-//     READY, or STOPPED/ERROR if its command ends at once or cannot start.
+//     container, then READY, or STOPPED/ERROR if its command ends at once
+//     or cannot start. If the providers' credentials changed since the
+//     container was made, it is first made again from its files with the
+//     current environment (Runtime.Refresh, docker/refresh.go): the new id
+//     is recorded, then the old container removed.
 //   - A container that runs although its sandbox is meant to be stopped
 //     (started by hand on the engine) is stopped again at the next sync;
 //     one whose command exited by itself stays STOPPED with the condition
@@ -159,7 +163,31 @@ func (a *Agent) startContainer(ctx context.Context, sb *shoalv1.Sandbox, id stri
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), runTimeout)
 	defer cancel()
-	err := a.cfg.Runtime.Start(rctx, id, settle)
+	// The providers' current credentials: in a new container made from
+	// this one's files if its environment is not theirs (docker/refresh.go).
+	nid, refused, err := a.refresh(rctx, sb, id)
+	switch {
+	case refused != nil:
+		return refused(ctx, gen)
+	case shoal.KindOf(err) == shoal.KindNotFound:
+		nid = id // removed outside shoal: Start and Inspect say so
+	case err != nil:
+		return fmt.Errorf("start %s: %w", sb.Meta.Name, err) // retried
+	}
+	if nid != id {
+		if err := a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) { s.ContainerId = nid }); err != nil {
+			// Not recorded: the next attempt refreshes the recorded one
+			// again, and removes this one first.
+			return err
+		}
+		a.record(sb, events.Event{Reason: events.Created, Message: fmt.Sprintf("created container %s from the files of %s, for the providers' current credentials in its environment", short(nid), short(id)),
+			Details: map[string]string{"container_id": nid, "replaces": id}})
+		if err := a.cfg.Runtime.RemoveContainer(ctx, id); err != nil {
+			a.log.Warn("remove the container a refresh replaced; removed with the sandbox", "sandbox", sb.Meta.Name, "err", err)
+		}
+		id = nid
+	}
+	err = a.cfg.Runtime.Start(rctx, id, settle)
 	if err != nil && shoal.KindOf(err) != shoal.KindNotFound && shoal.KindOf(err) != shoal.KindFailedPrecondition {
 		return fmt.Errorf("start %s: %w", sb.Meta.Name, err) // retried
 	}
@@ -183,6 +211,42 @@ func (a *Agent) startContainer(ctx context.Context, sb *shoalv1.Sandbox, id stri
 		}
 		observeRunState(s, sb, gen, st)
 	})
+}
+
+// refresh gives the stopped container the environment its sandbox has
+// now, before a start: the same id, or a new container's (the caller
+// records it). A sandbox whose environment cannot be made (its
+// providers clash, or it is too large) is not started: refused records
+// that, with the request's generation, so that a wait ends.
+func (a *Agent) refresh(ctx context.Context, sb *shoalv1.Sandbox, id string) (nid string, refused func(context.Context, int64) error, err error) {
+	env, secrets, reason, err := a.containerEnv(ctx, sb)
+	if err != nil && reason == "" {
+		return "", nil, err // the store's: retried
+	}
+	if err != nil {
+		msg := fmt.Sprintf("not started: %v", err)
+		return "", func(ctx context.Context, gen int64) error {
+			st, ierr := a.cfg.Runtime.Inspect(ctx, id)
+			if ierr != nil {
+				return ierr
+			}
+			a.record(sb, events.Event{Reason: events.Failed, Message: events.Truncate(msg, MaxMessageBytes)})
+			return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
+				observe(s, id, st)
+				observeRunState(s, sb, gen, st)
+				if s.Phase == shoalv1.SandboxPhase_STOPPED {
+					s.Message = events.Truncate(msg, MaxMessageBytes)
+					store.SetCondition(s, ConditionStopped, "True", reason, s.Message)
+				}
+			})
+		}, nil
+	}
+	spec := sb.GetSpec()
+	nid, err = a.cfg.Runtime.Refresh(ctx, id, shoal.ContainerSpec{
+		UID: sb.Meta.Uid, Name: sb.Meta.Name, Workspace: sb.Meta.Workspace,
+		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets,
+	})
+	return nid, nil, err
 }
 
 // observeRunState records, with a status write made from what the engine

@@ -98,19 +98,85 @@ func TestCredentialFilesFollowTheProviders(t *testing.T) {
 		}
 	}
 
-	// A stop empties the tmpfs; the start writes the files again.
-	if _, err := c.StopSandbox(ctx, &shoalv1.StopSandboxRequest{Name: "cf", Wait: true}); err != nil {
+	// The environment is the one the container was made with until it
+	// is started again.
+	env := func() string {
+		t.Helper()
+		r, err := execAll(ctx, c, "cf", "sh", "-c", `echo "P_KEY=${P_KEY-unset} P_OTHER=${P_OTHER-unset} Q_KEY=${Q_KEY-unset}"; cat /kept`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(r.stdout)
+	}
+	if _, err := execAll(ctx, c, "cf", "sh", "-c", "echo a file of the sandbox > /kept"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.StartSandbox(ctx, &shoalv1.StartSandboxRequest{Name: "cf", Wait: true}); err != nil {
-		t.Fatal(err)
+	if got := env(); got != "P_KEY=v1 P_OTHER=o1 Q_KEY=unset\na file of the sandbox\n" {
+		t.Fatalf("env before the restart: %q", got)
 	}
+
+	// A stop empties the tmpfs; the start writes the files again, and
+	// gives the container its providers' current credentials in its
+	// environment: a new container from the old one's files.
+	restart := func() *shoalv1.Sandbox {
+		t.Helper()
+		if _, err := c.StopSandbox(ctx, &shoalv1.StopSandboxRequest{Name: "cf", Wait: true}); err != nil {
+			t.Fatal(err)
+		}
+		sb, err := c.StartSandbox(ctx, &shoalv1.StartSandboxRequest{Name: "cf", Wait: true})
+		if err != nil || sb.GetStatus().GetPhase() != shoalv1.SandboxPhase_READY {
+			t.Fatalf("start: %v %v", err, sb.GetStatus())
+		}
+		return sb
+	}
+	cur := restart()
 	want("the files after a stop and a start", "p/P_KEY=v2\n")
-	cur, err := c.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "cf"})
+	if cond := condOf(cur, "CredentialFiles"); cond == nil || cond.Status != "True" {
+		t.Fatalf("condition CredentialFiles: %+v", cond)
+	}
+	// P_OTHER left with the rotation: set empty (docker/refresh.go).
+	if got := env(); got != "P_KEY=v2 P_OTHER= Q_KEY=unset\na file of the sandbox\n" {
+		t.Fatalf("env after the restart: %q", got)
+	}
+	refreshed := cur.Status.ContainerId
+	if refreshed == sb.Status.ContainerId {
+		t.Fatal("the environment changed and the container was not made again")
+	}
+	if _, err := dc.ContainerInspect(context.Background(), sb.Status.ContainerId); err == nil {
+		t.Fatal("the container a refresh replaced is still there")
+	}
+	// No credential value in the config of the image the old container's
+	// files went to (what containers are made from; its record of the
+	// container it was made from is Docker's, like that container's own).
+	ctrInfo, err := dc.ContainerInspect(context.Background(), refreshed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cond := condOf(cur, "CredentialFiles"); cond == nil || cond.Status != "True" {
-		t.Fatalf("condition CredentialFiles: %+v", cond)
+	img, err := dc.ImageInspect(context.Background(), ctrInfo.Image)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range img.Config.Env {
+		for _, v := range []string{"v1", "o1", "v2"} {
+			if strings.HasSuffix(kv, "="+v) {
+				t.Fatalf("a credential value in the committed image's config: %q", img.Config.Env)
+			}
+		}
+	}
+	for _, kv := range ctrInfo.Config.Env {
+		if kv == "P_KEY=v1" || kv == "P_OTHER=o1" {
+			t.Fatalf("an old credential value in the new container's environment: %q", ctrInfo.Config.Env)
+		}
+	}
+	// Nothing changed: the same container is started again.
+	if again := restart(); again.Status.ContainerId != refreshed {
+		t.Fatalf("a start with an unchanged environment made a new container (%s, was %s)", again.Status.ContainerId, refreshed)
+	}
+	// The committed image goes with the sandbox.
+	if _, err := c.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: "cf", Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dc.ImageInspect(context.Background(), ctrInfo.Image); err == nil {
+		t.Fatalf("image %s, committed for the sandbox, outlived it", ctrInfo.Image)
 	}
 }

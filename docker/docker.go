@@ -506,8 +506,9 @@ func envSecrets(env []string) []string {
 const minSecretLen = 6
 
 // Remove force-removes every container of a sandbox uid that this node
-// made in this cluster (only the owner touches its containers). Removing
-// what is already gone is success.
+// made in this cluster (only the owner touches its containers), then the
+// images committed for it (refresh.go). Removing what is already gone is
+// success.
 func (r *Runtime) Remove(ctx context.Context, uid string) error {
 	cs, err := r.byUID(ctx, uid)
 	if err != nil {
@@ -518,7 +519,7 @@ func (r *Runtime) Remove(ctx context.Context, uid string) error {
 			return err
 		}
 	}
-	return nil
+	return r.removeImages(ctx, uid)
 }
 
 // RemoveContainer force-removes one container; gone is success.

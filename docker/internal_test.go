@@ -66,3 +66,31 @@ func TestRedactOverlappingSecrets(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
+
+// A container is made again at a start only when its environment is not
+// the one wanted: a wanted variable missing or different, or one of its
+// own set that is neither wanted nor its image's (a dropped credential).
+func TestEnvStale(t *testing.T) {
+	image := []string{"PATH=/bin", "LANG=C"}
+	for _, c := range []struct {
+		name       string
+		have, want []string
+		stale      bool
+	}{
+		{"the same", []string{"PATH=/bin", "LANG=C", "K=v"}, []string{"K=v"}, false},
+		{"a spec value over the image's", []string{"PATH=/x", "LANG=C"}, []string{"PATH=/x"}, false},
+		{"rotated", []string{"PATH=/bin", "LANG=C", "K=v"}, []string{"K=w"}, true},
+		{"attached", []string{"PATH=/bin", "LANG=C", "K=v"}, []string{"K=v", "Q=q"}, true},
+		{"detached", []string{"PATH=/bin", "LANG=C", "K=v", "Q=q"}, []string{"K=v"}, true},
+		{"blanked by an earlier refresh", []string{"PATH=/bin", "LANG=C", "K=v", "Q="}, []string{"K=v"}, false},
+		{"an image value left out of want", []string{"PATH=/bin", "LANG=C"}, nil, false},
+	} {
+		if got := envStale(c.have, image, c.want); got != c.stale {
+			t.Errorf("%s: envStale = %v, want %v", c.name, got, c.stale)
+		}
+	}
+	got := strings.Join(blankedEnv([]string{"PATH=/x", "LANG=C", "K=secret", "Q=", "K=again"}, image), " ")
+	if got != "PATH=/bin LANG=C K= Q=" {
+		t.Errorf("blankedEnv = %q", got)
+	}
+}

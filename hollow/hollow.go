@@ -304,6 +304,35 @@ func (r *Runtime) Start(ctx context.Context, id string, _ time.Duration) error {
 	return nil
 }
 
+// Refresh gives a stopped container the environment s.Env: the same one
+// when it has it, else a new stopped container (a new id) with the old
+// one's command and files, as the Docker runtime's commit and create.
+// The old one stays until it is removed.
+func (r *Runtime) Refresh(ctx context.Context, id string, s shoal.ContainerSpec) (string, error) {
+	if err := r.wait(ctx); err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.containers[id]
+	if !ok {
+		return "", shoal.NotFound("container %s not found", id)
+	}
+	if c.running || slices.Equal(c.env, s.Env) {
+		return id, nil
+	}
+	for oid, o := range r.containers {
+		if oid != id && o.UID == c.UID {
+			r.removeLocked(oid) // a refresh cut short earlier
+		}
+	}
+	n := &ctr{Container: c.Container, env: slices.Clone(s.Env), cmd: slices.Clone(c.cmd), exitCode: c.exitCode}
+	n.ID, n.Created, n.State = newID(), time.Now(), "exited"
+	r.containers[n.ID] = n
+	r.emitLocked(shoal.ContainerEvent{Action: "create", ID: n.ID, UID: n.UID})
+	return n.ID, nil
+}
+
 // ReapExecs has nothing to do: a simulated exec ends with the process
 // that serves it.
 func (r *Runtime) ReapExecs(context.Context, string) ([]shoal.ReapedExec, error) { return nil, nil }

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"google.golang.org/grpc"
 
@@ -170,6 +172,17 @@ func RemoveNodeContainers(t testing.TB, nodeID string) {
 	for _, c := range cs {
 		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil {
 			t.Logf("cleanup: remove %s: %v", c.ID[:12], err)
+		}
+	}
+	// And the images committed for its sandboxes (docker/refresh.go).
+	imgs, err := cli.ImageList(ctx, image.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelNode+"="+nodeID))})
+	if err != nil {
+		t.Logf("cleanup: list images: %v", err)
+		return
+	}
+	for _, im := range imgs {
+		if _, err := cli.ImageRemove(ctx, im.ID, image.RemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			t.Logf("cleanup: remove image %s: %v", im.ID, err)
 		}
 	}
 }
