@@ -528,8 +528,10 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 		return
 	}
 	known := map[string]bool{}
+	recorded := map[string]string{} // uid → the container its record names
 	for _, sb := range page.Items {
 		known[sb.Meta.Uid] = true
+		recorded[sb.Meta.Uid] = sb.GetStatus().GetContainerId()
 		q.Add(item{sb.Meta.Workspace, sb.Meta.Name})
 	}
 	now := time.Now()
@@ -547,7 +549,7 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 	seen := map[string]bool{}
 	var reap []shoal.Container
 	for _, c := range cs {
-		if known[c.UID] {
+		if known[c.UID] && !replaced(c.ID, recorded[c.UID]) {
 			continue
 		}
 		seen[c.ID] = true
@@ -572,10 +574,17 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 		// an orphan; a record that cannot be read now (etcd trouble, or a
 		// corrupt value whose uid is unknown) spares it.
 		sb, err := a.cfg.Store.GetSandbox(ctx, c.Workspace, c.Name)
-		if err == nil && sb.Meta.Uid == c.UID || err != nil && shoal.KindOf(err) != shoal.KindNotFound {
+		if err == nil && sb.Meta.Uid == c.UID && !replaced(c.ID, sb.GetStatus().GetContainerId()) ||
+			err != nil && shoal.KindOf(err) != shoal.KindNotFound {
 			continue
 		}
-		if err := a.cfg.Runtime.RemoveContainer(ctx, c.ID); err != nil {
+		remove := func() error { return a.cfg.Runtime.RemoveContainer(ctx, c.ID) }
+		if err != nil || sb.Meta.Uid != c.UID {
+			// No sandbox of this uid: everything the node holds of it
+			// goes, its committed images too (docker/refresh.go).
+			remove = func() error { return a.cfg.Runtime.Remove(ctx, c.UID) }
+		}
+		if err := remove(); err != nil {
 			a.log.Warn("reap orphan", "container", c.ID[:12], "err", err)
 			continue
 		}
@@ -586,6 +595,15 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 		a.mu.Unlock()
 		a.cfg.Metrics.OrphanReaped()
 	}
+}
+
+// replaced reports whether a container of a sandbox is not the one its
+// record names (recorded): one that a refresh replaced (runstate.go), left
+// by a node stopped between recording the new container and removing
+// the old, or made by a refresh whose record was never written. Before a
+// container is recorded (provisioning) none is.
+func replaced(id, recorded string) bool {
+	return recorded != "" && id != recorded
 }
 
 // reconcile brings one sandbox's status in line with its container,

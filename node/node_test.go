@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/google/uuid"
@@ -264,11 +265,29 @@ func TestExternalRemovalAndOrphans(t *testing.T) {
 		cs, err := dc.ContainerList(ctx, container.ListOptions{All: true, Filters: filters.NewArgs(filters.Arg("label", docker.LabelUID+"="+uid))})
 		return err == nil && len(cs) == 0, err
 	})
+	// A second container of a live sandbox, not the one its record names
+	// (a refresh at start replaced it, and the node stopped before it
+	// removed it): reaped too, and the recorded one is left alone.
+	kept := mkSandbox(t, ctx, n.Client, "kept", true)
+	sib, err := dc.ContainerCreate(ctx, &container.Config{Image: docker.DefaultImage, Labels: map[string]string{
+		docker.LabelManaged: "true", docker.LabelUID: kept.Meta.Uid, docker.LabelName: "kept",
+		docker.LabelWorkspace: "default", docker.LabelNode: n.Config.ID, docker.LabelCluster: n.ClusterID(),
+	}}, &container.HostConfig{NetworkMode: "none"}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the replaced container reaped", func() (bool, error) {
+		_, err := dc.ContainerInspect(ctx, sib.ID)
+		return cerrdefs.IsNotFound(err), nil
+	})
+	if st, err := dc.ContainerInspect(ctx, kept.Status.ContainerId); err != nil || !st.State.Running {
+		t.Fatalf("the recorded container of a live sandbox: %v %+v", err, st.State)
+	}
 	// The agent counts a reap after the engine has removed the container,
 	// so the count may trail the list above by a moment: wait for it, but
 	// a removal by anything other than the agent never raises it.
-	testenv.Eventually(t, 30*time.Second, "the agent counted the reap", func() (bool, error) {
-		return n.OrphansReaped() >= 1, nil
+	testenv.Eventually(t, 30*time.Second, "the agent counted the reaps", func() (bool, error) {
+		return n.OrphansReaped() >= 2, nil
 	})
 	// ... and so does its metric; the delete was a teardown.
 	fams := scrape(t, metricsAddr)
