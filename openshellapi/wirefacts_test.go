@@ -427,3 +427,112 @@ var wireMethods = []string{
 	"openshell.v1.OpenShell.GetSandboxLogs(.openshell.v1.GetSandboxLogsRequest) returns (.openshell.v1.GetSandboxLogsResponse)",
 	"openshell.v1.OpenShell.WatchSandbox(.openshell.v1.WatchSandboxRequest) returns (stream .openshell.v1.SandboxStreamEvent)",
 }
+
+// wireAllMethods are every method of OpenShell's service at the target
+// commit: the ones served (wireMethods) and the ones answered
+// UNIMPLEMENTED (unserved).
+var wireAllMethods = []string{
+	"Health",
+	"GetCurrentUser",
+	"GetGatewayInfo",
+	"CreateSandbox",
+	"GetSandbox",
+	"ListSandboxes",
+	"ListSandboxProviders",
+	"AttachSandboxProvider",
+	"DetachSandboxProvider",
+	"DeleteSandbox",
+	"StopSandbox",
+	"StartSandbox",
+	"CreateSshSession",
+	"ExposeService",
+	"GetService",
+	"ListServices",
+	"DeleteService",
+	"RevokeSshSession",
+	"ExecSandbox",
+	"ForwardTcp",
+	"ExecSandboxInteractive",
+	"CreateProvider",
+	"GetProvider",
+	"ListProviders",
+	"ListProviderProfiles",
+	"GetProviderProfile",
+	"ImportProviderProfiles",
+	"UpdateProviderProfiles",
+	"LintProviderProfiles",
+	"UpdateProvider",
+	"GetProviderRefreshStatus",
+	"ConfigureProviderRefresh",
+	"RotateProviderCredential",
+	"DeleteProviderRefresh",
+	"DeleteProvider",
+	"DeleteProviderProfile",
+	"GetSandboxConfig",
+	"GetGatewayConfig",
+	"UpdateConfig",
+	"GetSandboxPolicyStatus",
+	"ListSandboxPolicies",
+	"ReportPolicyStatus",
+	"GetSandboxProviderEnvironment",
+	"GetSandboxLogs",
+	"PushSandboxLogs",
+	"ConnectSupervisor",
+	"ReportMainProcessExit",
+	"RelayStream",
+	"WatchSandbox",
+	"SubmitPolicyAnalysis",
+	"GetDraftPolicy",
+	"ApproveDraftChunk",
+	"RejectDraftChunk",
+	"ApproveAllDraftChunks",
+	"EditDraftChunk",
+	"UndoDraftChunk",
+	"ClearDraftChunks",
+	"GetDraftHistory",
+	"IssueSandboxToken",
+	"RefreshSandboxToken",
+	"CreateWorkspace",
+	"GetWorkspace",
+	"ListWorkspaces",
+	"DeleteWorkspace",
+	"AddWorkspaceMember",
+	"RemoveWorkspaceMember",
+	"ListWorkspaceMembers",
+}
+
+// TestUnservedIsTheRest: every method of the service is either served or
+// answered as not served, never both, never neither.
+func TestUnservedIsTheRest(t *testing.T) {
+	_, _, _, methods := declared()
+	served := map[string]bool{}
+	for _, m := range methods {
+		served[m[len("openshell.v1.OpenShell."):strings.Index(m, "(")]] = true
+	}
+	un := map[string]bool{}
+	for _, m := range unserved {
+		if served[m] || un[m] {
+			t.Errorf("%s is listed as unserved but is served, or listed twice", m)
+		}
+		un[m] = true
+	}
+	for _, m := range wireAllMethods {
+		if !served[m] && !un[m] {
+			t.Errorf("%s is neither served nor listed as unserved", m)
+		}
+		delete(served, m)
+		delete(un, m)
+	}
+	for m := range served {
+		t.Errorf("%s is served but not a method of OpenShell's service", m)
+	}
+	for m := range un {
+		t.Errorf("%s is listed as unserved but not a method of OpenShell's service", m)
+	}
+	twins := Twins()
+	for _, m := range wireAllMethods {
+		if twins["/"+ServiceName+"/"+m] == "" {
+			t.Errorf("%s has no twin: it would be admin only", m)
+		}
+	}
+}
