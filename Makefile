@@ -115,7 +115,9 @@ proto:
 	GOBIN=$(GOBIN) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(GOBIN) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 	PATH=$(GOBIN):$$PATH protoc -I api --go_out=api --go_opt=paths=source_relative \
-		--go-grpc_out=api --go-grpc_opt=paths=source_relative api/shoal/v1/shoal.proto
+		--go-grpc_out=api --go-grpc_opt=paths=source_relative api/shoal/v1/shoal.proto \
+		api/openshell/v1/openshell.proto api/openshell/datamodel/v1/datamodel.proto \
+		api/openshell/sandbox/v1/sandbox.proto
 
 lint:
 	$(GO) vet ./...

@@ -101,7 +101,7 @@ func objectOf(req any) string {
 
 // audit writes the record of a finished call, if it is audited.
 func (s *Server) audit(ctx context.Context, method string, req any, reqID string, start time.Time, err error) {
-	if s.cfg.Audit == nil || !audited(method) {
+	if s.cfg.Audit == nil || !audited(s.twin(method)) {
 		return
 	}
 	st, _ := status.FromError(err)

@@ -96,6 +96,28 @@ func identity(ctx context.Context) (Identity, error) {
 
 func subject(c *x509.Certificate) string { return c.Subject.String() }
 
+// twin is the shoal.v1 method whose rules a method follows: its own name,
+// or the twin Config.Twins gives it.
+func (s *Server) twin(method string) string {
+	if t, ok := s.cfg.Twins[method]; ok {
+		return t
+	}
+	return method
+}
+
+// Caller is who makes the call ctx serves, for front ends served beside
+// shoal.v1 (package openshellapi): with mutual TLS the subject and role of
+// its verified client certificate and secure true; on a plaintext node
+// (loopback only, where every call is allowed) the zero Identity and
+// secure false.
+func (s *Server) Caller(ctx context.Context) (id Identity, secure bool, err error) {
+	if !s.cfg.Transport.Secure() {
+		return Identity{}, false, nil
+	}
+	id, err = identity(ctx)
+	return id, true, err
+}
+
 // authorize refuses a call the caller's role may not make. Plaintext (no
 // transport) authorizes everything: such a node serves loopback only.
 func (s *Server) authorize(ctx context.Context, method string) error {
@@ -106,7 +128,7 @@ func (s *Server) authorize(ctx context.Context, method string) error {
 	if err != nil {
 		return err
 	}
-	if allowed(id.Role, method) {
+	if allowed(id.Role, s.twin(method)) {
 		return nil
 	}
 	return shoal.PermissionDenied("role %s (%s) may not call %s", id.Role, id.Subject, strings.TrimPrefix(method, "/"))

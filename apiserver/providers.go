@@ -70,13 +70,17 @@ func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProvider
 			if p.Meta.DeletionTimestamp != nil {
 				return shoal.FailedPrecondition("provider %q is being deleted", in.Meta.Name)
 			}
-			if in.Type != shoalv1.ProviderType_PROVIDER_TYPE_UNSPECIFIED {
+			if in.TypeName != "" && in.TypeName != p.EffectiveTypeName() {
+				return shoal.Invalid("provider.type_name", "is %q and cannot change", p.EffectiveTypeName())
+			}
+			if in.Type != shoalv1.ProviderType_PROVIDER_TYPE_UNSPECIFIED && in.Type != p.Type {
 				p.Type = in.Type
+				p.TypeName = "" // named after the new type from now on
 			}
 			if req.UpdateCredentials {
 				var added []string
 				for _, k := range slices.Sorted(maps.Keys(in.Credentials)) {
-					if _, had := p.Credentials[k]; !had {
+					if _, had := p.Credentials[k]; !had && (!req.Merge || in.Credentials[k] != "") {
 						added = append(added, k)
 					}
 				}
@@ -85,16 +89,25 @@ func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProvider
 						return err
 					}
 				}
-				p.Credentials = maps.Clone(in.Credentials)
+				p.Credentials = updated(p.Credentials, in.Credentials, req.Merge)
 			}
 			if req.UpdateConfig {
-				p.Config = maps.Clone(in.Config)
+				p.Config = updated(p.Config, in.Config, req.Merge)
 			}
 			if req.UpdateLabels {
-				p.Meta.Labels = maps.Clone(in.Meta.Labels)
+				p.Meta.Labels = updated(p.Meta.Labels, in.Meta.Labels, req.Merge)
 			}
 			if req.UpdateAnnotations {
-				p.Meta.Annotations = maps.Clone(in.Meta.Annotations)
+				p.Meta.Annotations = updated(p.Meta.Annotations, in.Meta.Annotations, req.Merge)
+			}
+			if len(p.Credentials) > MaxCredentials || len(p.Config) > MaxCredentials {
+				return shoal.Invalid("provider", "the merged provider would have %d credentials and %d config entries; at most %d each are allowed", len(p.Credentials), len(p.Config), MaxCredentials)
+			}
+			if err := validLabels("provider.meta.labels", p.Meta.Labels); err != nil {
+				return err
+			}
+			if err := validAnnotations("provider.meta.annotations", p.Meta.Annotations); err != nil {
+				return err
 			}
 			// The request alone fits; with what it keeps of the stored
 			// provider (opened: the limit is on plaintext) it must fit too.
@@ -105,6 +118,27 @@ func (s *Server) UpdateProvider(ctx context.Context, req *shoalv1.UpdateProvider
 			return validBytes("provider", &shoalv1.Provider{Credentials: creds, Config: p.Config}, MaxSpecBytes)
 		})
 	return redact(p), err
+}
+
+// updated is a provider map after an update: in itself, or with merge,
+// cur with each key of in set to its value, or removed if that is empty.
+// An unsealed credential merged among sealed ones is sealed by the store.
+func updated(cur, in map[string]string, merge bool) map[string]string {
+	if !merge {
+		return maps.Clone(in)
+	}
+	out := maps.Clone(cur)
+	if out == nil {
+		out = map[string]string{}
+	}
+	for k, v := range in {
+		if v == "" {
+			delete(out, k)
+		} else {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func (s *Server) DeleteProvider(ctx context.Context, req *shoalv1.DeleteProviderRequest) (*shoalv1.DeleteProviderResponse, error) {

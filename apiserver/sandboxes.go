@@ -505,30 +505,56 @@ func (s *Server) Logs(req *shoalv1.LogsRequest, stream shoalv1.Shoal_LogsServer)
 }
 
 func (s *Server) AttachProvider(ctx context.Context, req *shoalv1.AttachProviderRequest) (*shoalv1.Sandbox, error) {
+	sb, _, err := s.Attach(ctx, req)
+	return sb, err
+}
+
+// Attach is AttachProvider that also says whether the provider was newly
+// attached: false when it was attached already (nothing is written). For
+// front ends that report it (package openshellapi).
+func (s *Server) Attach(ctx context.Context, req *shoalv1.AttachProviderRequest) (*shoalv1.Sandbox, bool, error) {
 	if err := validateRef(req.Workspace, req.Name); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := validName("provider", req.Provider); err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	if err := validVersion("resource_version", req.ResourceVersion); err != nil {
+		return nil, false, err
 	}
 	sb, err := s.cfg.Store.GetSandbox(ctx, ws(req.Workspace), req.Name)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := s.envFits(ctx, ws(req.Workspace), sb.GetSpec().GetEnv(), append(slices.Clone(sb.GetSpec().GetProviders()), req.Provider), "provider"); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return s.cfg.Store.AttachProvider(ctx, ws(req.Workspace), req.Name, req.Provider)
+	return s.cfg.Store.AttachProvider(ctx, ws(req.Workspace), req.Name, req.Provider, store.Preconditions{ResourceVersion: req.ResourceVersion})
 }
 
+// DetachProvider of a provider that is not attached is FAILED_PRECONDITION.
 func (s *Server) DetachProvider(ctx context.Context, req *shoalv1.DetachProviderRequest) (*shoalv1.Sandbox, error) {
+	sb, detached, err := s.Detach(ctx, req)
+	if err == nil && !detached {
+		return nil, shoal.FailedPrecondition("provider %q is not attached to sandbox %q", req.Provider, req.Name)
+	}
+	return sb, err
+}
+
+// Detach is DetachProvider that answers a provider that is not attached
+// with detached false and the sandbox as it is, instead of an error. For
+// front ends whose detach is a no-op then (package openshellapi).
+func (s *Server) Detach(ctx context.Context, req *shoalv1.DetachProviderRequest) (*shoalv1.Sandbox, bool, error) {
 	if err := validateRef(req.Workspace, req.Name); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if err := validName("provider", req.Provider); err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return s.cfg.Store.DetachProvider(ctx, ws(req.Workspace), req.Name, req.Provider)
+	if err := validVersion("resource_version", req.ResourceVersion); err != nil {
+		return nil, false, err
+	}
+	return s.cfg.Store.DetachProvider(ctx, ws(req.Workspace), req.Name, req.Provider, store.Preconditions{ResourceVersion: req.ResourceVersion})
 }
 
 var _ io.Writer = (*chunkWriter[*shoalv1.ExecChunk])(nil)

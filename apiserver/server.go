@@ -86,6 +86,12 @@ type Config struct {
 	// TracerProvider, if set, traces forwarded calls (their trace context
 	// goes to the owner node).
 	TracerProvider trace.TracerProvider
+	// Twins maps the full names of methods of other services served on
+	// the same gRPC server (package openshellapi) to the shoal.v1 method
+	// each one is: a twin's roles authorize it, its liveness rule and
+	// whether it is audited apply (authz.go). A method in neither table is
+	// admin only.
+	Twins map[string]string
 }
 
 // Liveness is the node's hold on its liveness lease (registry.Registry).
@@ -169,7 +175,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	start := time.Now()
 	ctx, span := s.cfg.Tracer.Start(ctx, info.FullMethod, trace.WithSpanKind(trace.SpanKindServer))
 	reqID := ""
-	if audited(info.FullMethod) {
+	if audited(s.twin(info.FullMethod)) {
 		reqID = requestID(ctx, req)
 		_ = grpc.SetHeader(ctx, metadata.Pairs(RequestIDHeader, reqID))
 		ctx = withRequestID(ctx, reqID)
@@ -185,7 +191,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	if err := s.authorize(ctx, info.FullMethod); err != nil {
 		return nil, shoal.GRPCStatus(err)
 	}
-	if err := s.live(info.FullMethod); err != nil {
+	if err := s.live(s.twin(info.FullMethod)); err != nil {
 		return nil, shoal.GRPCStatus(err)
 	}
 	resp, err = h(ctx, req)
@@ -206,7 +212,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	ss.SetTrailer(metadata.Pairs(answeredBy, s.cfg.Node))
 	first := &firstMessage{ServerStream: ss}
 	reqID := ""
-	if audited(info.FullMethod) {
+	if audited(s.twin(info.FullMethod)) {
 		reqID = requestID(ss.Context(), nil)
 		_ = ss.SetHeader(metadata.Pairs(RequestIDHeader, reqID))
 	}
@@ -222,7 +228,7 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 	if err := s.authorize(ctx, info.FullMethod); err != nil {
 		return shoal.GRPCStatus(err)
 	}
-	if err := s.live(info.FullMethod); err != nil {
+	if err := s.live(s.twin(info.FullMethod)); err != nil {
 		return shoal.GRPCStatus(err)
 	}
 	release, err := s.perClient.acquire(ss.Context(), s.cfg.Transport.Secure())
@@ -276,7 +282,7 @@ func redact(p *shoalv1.Provider) *shoalv1.Provider {
 	if p == nil {
 		return nil
 	}
-	out := &shoalv1.Provider{Meta: p.Meta, Type: p.Type, Config: p.Config}
+	out := &shoalv1.Provider{Meta: p.Meta, Type: p.Type, Config: p.Config, TypeName: p.TypeName}
 	if len(p.Credentials) > 0 {
 		out.Credentials = make(map[string]string, len(p.Credentials))
 		for k := range p.Credentials {

@@ -356,6 +356,9 @@ func validateProvider(p *shoalv1.Provider, create bool) error {
 	if err := validProviderType("provider.type", p.Type, !create); err != nil {
 		return err
 	}
+	if p.TypeName != "" && (len(p.TypeName) > MaxNameLen || !labelName.MatchString(p.TypeName)) {
+		return shoal.Invalid("provider.type_name", "%q must be 1-%d letters, digits, '-', '_' and '.', starting and ending with a letter or digit", trunc(p.TypeName), MaxNameLen)
+	}
 	if err := validEnvMap("provider.credentials", p.Credentials, MaxCredentials); err != nil {
 		return err
 	}

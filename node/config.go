@@ -156,6 +156,9 @@ type Config struct {
 	// credentials at rest (package encryption); every node of a cluster
 	// needs the same keys.
 	EncryptionKeyFile string
+	// OpenShellAPI serves OpenShell's gateway API (openshell.v1, package
+	// openshellapi) beside shoal.v1, on the same listener (default on).
+	OpenShellAPI bool
 	// Insecure allows listening and advertising on non-loopback addresses
 	// without TLS (a private test network; never the open one).
 	Insecure bool
@@ -250,6 +253,7 @@ func DefaultConfig() Config {
 		NodeTTL:             registry.DefaultTTL,
 		EventTTL:            events.DefaultTTL,
 		WatchCache:          true,
+		OpenShellAPI:        true,
 		Runtime:             RuntimeDocker,
 		SandboxLimits:       shoal.DefaultSandboxLimits(),
 		SandboxNetwork:      docker.NetworkNone,

@@ -37,6 +37,7 @@ import (
 	"shoal/hollow"
 	"shoal/lease"
 	"shoal/metrics"
+	"shoal/openshellapi"
 	"shoal/pki"
 	"shoal/registry"
 	"shoal/store"
@@ -346,7 +347,8 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 		auditLog = al
 	}
 	if p.api, err = apiserver.New(apiserver.Config{Audit: auditLog, Metrics: p.m, Events: p.ev, Store: st, Runtime: rt, Engine: rt, Node: cfg.ID, Liveness: p.reg, DefaultImage: cfg.DefaultImage,
-		MaxWatches: cfg.MaxWatches, MaxExecs: cfg.MaxExecs, MaxStreamsPerClient: perClient(cfg.MaxStreamsPerClient), Transport: n.transport, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver"), TracerProvider: tp}); err != nil {
+		MaxWatches: cfg.MaxWatches, MaxExecs: cfg.MaxExecs, MaxStreamsPerClient: perClient(cfg.MaxStreamsPerClient), Transport: n.transport, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/apiserver"), TracerProvider: tp,
+		Twins: twins(cfg)}); err != nil {
 		return p, err
 	}
 	margin := cfg.FenceMargin
@@ -378,6 +380,13 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 	etcdMember := n.etcdOwn
 	n.mu.Unlock()
 	shoalv1.RegisterClusterServer(p.gs, apiserver.NewCluster(apiserver.ClusterConfig{Store: st, Etcd: cli, EtcdMember: etcdMember, Transport: n.transport, Keys: n.keys, Events: p.ev, Logger: cfg.Logger}))
+	if cfg.OpenShellAPI {
+		osh, err := openshellapi.New(openshellapi.Config{API: p.api, Store: st, Version: cfg.Version, Driver: cfg.Runtime, Liveness: p.reg, Logger: cfg.Logger})
+		if err != nil {
+			return p, err
+		}
+		openshellapi.Register(p.gs, osh)
+	}
 	return p, nil
 }
 
@@ -686,4 +695,13 @@ func keyID(r *encryption.KeyRing) string {
 		return ""
 	}
 	return r.ID()
+}
+
+// twins are the methods of the front ends served beside shoal.v1, mapped
+// to the shoal.v1 methods they are authorized as.
+func twins(cfg Config) map[string]string {
+	if !cfg.OpenShellAPI {
+		return nil
+	}
+	return openshellapi.Twins()
 }

@@ -84,6 +84,7 @@ installation's, 1 any other failure.`,
 			&cli.DurationFlag{Name: "handshake-timeout", Value: def.HandshakeTimeout, Usage: "close an API connection not past its handshake within `DURATION` of being accepted"},
 			&cli.StringFlag{Name: "runtime", Value: def.Runtime, Usage: "`RUNTIME` of the sandboxes: docker, or hollow (containers simulated in memory, for scale tests only; the node is labelled shoal.dev/runtime=hollow)"},
 			&cli.DurationFlag{Name: "hollow-latency", Usage: "with --runtime hollow: `DURATION` each simulated container change and exec takes"},
+			&cli.BoolFlag{Name: "openshell-api", Value: def.OpenShellAPI, Usage: "serve OpenShell's gateway API (openshell.v1) beside shoal.v1 on the same address, so OpenShell's clients work unchanged (--openshell-api=false: shoal.v1 only)"},
 			&cli.BoolFlag{Name: "watch-cache", Value: def.WatchCache, Usage: "serve reads and watches from a watch-fed copy of sandboxes and providers (--watch-cache=false: every read from etcd)"},
 			&cli.StringFlag{Name: "debug-listen", Usage: "serve net/http/pprof on `ADDRESS` (off by default; plaintext, so loopback only unless --insecure)"},
 			&cli.StringFlag{Name: "tls-cert", Usage: "this node's certificate `FILE` (`shoal certs init` writes DIR/<node>.crt): the API, forwarding, the embedded etcd's client and peer URLs (then https://127.0.0.1:2379 and :2380 by default) and the etcd client use mutual TLS"},
@@ -176,6 +177,7 @@ installation's, 1 any other failure.`,
 			cfg.SandboxNetwork = c.String("sandbox-network")
 			cfg.SandboxLogMaxBytes, cfg.SandboxLogFiles = c.Int64("sandbox-log-max-mib")<<20, c.Int("sandbox-log-files")
 			cfg.WatchCache = c.Bool("watch-cache")
+			cfg.OpenShellAPI = c.Bool("openshell-api")
 			cfg.Runtime = c.String("runtime")
 			cfg.HollowLatency = c.Duration("hollow-latency")
 			cfg.Logger = slog.New(h)

@@ -112,7 +112,7 @@ func TestCorruptRecordsAreIsolated(t *testing.T) {
 	}
 	// Once its users are gone, the corrupt provider can be deleted.
 	for _, n := range []string{"a", "z"} {
-		if _, err := s.DetachProvider(ctx, "default", n, "bad-p"); err != nil {
+		if _, _, err := s.DetachProvider(ctx, "default", n, "bad-p", store.Preconditions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -177,9 +177,12 @@ func (s *Store) updateSandbox(ctx context.Context, ws, name string, pre Precondi
 }
 
 // AttachProvider adds a provider to a live sandbox, writing its attachment
-// key in the same Txn with a compare on the provider key.
-func (s *Store) AttachProvider(ctx context.Context, ws, name, provider string) (*shoalv1.Sandbox, error) {
-	return s.UpdateSandbox(ctx, ws, name, Preconditions{}, func(sb *shoalv1.Sandbox) error {
+// key in the same Txn with a compare on the provider key. pre, when set,
+// must hold. attached is false when the provider was attached already
+// (nothing is written).
+func (s *Store) AttachProvider(ctx context.Context, ws, name, provider string, pre Preconditions) (sb *shoalv1.Sandbox, attached bool, err error) {
+	sb, err = s.UpdateSandbox(ctx, ws, name, pre, func(sb *shoalv1.Sandbox) error {
+		attached = false
 		if sb.GetMeta().GetDeletionTimestamp() != nil {
 			return shoal.FailedPrecondition("sandbox %q is being deleted", name)
 		}
@@ -188,9 +191,11 @@ func (s *Store) AttachProvider(ctx context.Context, ws, name, provider string) (
 				return shoal.Invalid("provider", "sandbox %q already has the maximum of %d providers", name, MaxProvidersPerSandbox)
 			}
 			sb.Spec.Providers = append(sb.Spec.Providers, provider)
+			attached = true
 		}
 		return nil
 	})
+	return sb, attached && err == nil, err
 }
 
 // AttachedSandboxes names the live sandboxes of a workspace that a
@@ -200,19 +205,22 @@ func (s *Store) AttachedSandboxes(ctx context.Context, ws, provider string) ([]s
 }
 
 // DetachProvider removes a provider from a sandbox and deletes its
-// attachment key in the same Txn.
-func (s *Store) DetachProvider(ctx context.Context, ws, name, provider string) (*shoalv1.Sandbox, error) {
-	return s.UpdateSandbox(ctx, ws, name, Preconditions{}, func(sb *shoalv1.Sandbox) error {
+// attachment key in the same Txn. pre, when set, must hold. detached is
+// false when the provider was not attached (nothing is written; the
+// sandbox is returned as it is).
+func (s *Store) DetachProvider(ctx context.Context, ws, name, provider string, pre Preconditions) (sb *shoalv1.Sandbox, detached bool, err error) {
+	sb, err = s.UpdateSandbox(ctx, ws, name, pre, func(sb *shoalv1.Sandbox) error {
+		detached = false
 		if sb.GetMeta().GetDeletionTimestamp() != nil {
 			return shoal.FailedPrecondition("sandbox %q is being deleted; its providers are released when it is gone", name)
 		}
-		i := slices.Index(sb.Spec.Providers, provider)
-		if i < 0 {
-			return shoal.FailedPrecondition("provider %q is not attached to sandbox %q", provider, name)
+		if i := slices.Index(sb.Spec.Providers, provider); i >= 0 {
+			sb.Spec.Providers = slices.Delete(sb.Spec.Providers, i, i+1)
+			detached = true
 		}
-		sb.Spec.Providers = slices.Delete(sb.Spec.Providers, i, i+1)
 		return nil
 	})
+	return sb, detached && err == nil, err
 }
 
 // MaxProvidersPerSandbox bounds spec.providers. Each provider adds two ops

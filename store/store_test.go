@@ -264,17 +264,23 @@ func TestAttachDetach(t *testing.T) {
 	if _, err := s.CreateSandbox(ctx, sandbox("a")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AttachProvider(ctx, "default", "a", "missing"); shoal.KindOf(err) != shoal.KindFailedPrecondition {
+	if _, _, err := s.AttachProvider(ctx, "default", "a", "missing", store.Preconditions{}); shoal.KindOf(err) != shoal.KindFailedPrecondition {
 		t.Fatalf("attach missing provider: %v", err)
 	}
-	if _, err := s.AttachProvider(ctx, "default", "a", "p"); err != nil {
-		t.Fatal(err)
+	if _, attached, err := s.AttachProvider(ctx, "default", "a", "p", store.Preconditions{}); err != nil || !attached {
+		t.Fatalf("attach: attached %v, %v", attached, err)
+	}
+	if _, attached, err := s.AttachProvider(ctx, "default", "a", "p", store.Preconditions{}); err != nil || attached {
+		t.Fatalf("attach again: attached %v, %v; want a no-op", attached, err)
 	}
 	if n := countPrefix(t, c, "/shoal/attach/default/p/"); n != 1 {
 		t.Fatalf("%d attachment keys, want 1", n)
 	}
-	if _, err := s.DetachProvider(ctx, "default", "a", "p"); err != nil {
-		t.Fatal(err)
+	if _, detached, err := s.DetachProvider(ctx, "default", "a", "p", store.Preconditions{}); err != nil || !detached {
+		t.Fatalf("detach: detached %v, %v", detached, err)
+	}
+	if _, detached, err := s.DetachProvider(ctx, "default", "a", "p", store.Preconditions{}); err != nil || detached {
+		t.Fatalf("detach again: detached %v, %v; want a no-op", detached, err)
 	}
 	if n := countPrefix(t, c, "/shoal/attach/default/p/"); n != 0 {
 		t.Fatalf("%d attachment keys after detach, want 0", n)
@@ -386,7 +392,7 @@ func providerRaceRound(ctx context.Context, s *store.Store, r int) error {
 	var createErr, attachErr, delErr error
 	var deleted bool
 	wg.Go(func() { _, createErr = s.CreateSandbox(ctx, sandbox(fmt.Sprintf("new%d", r), pn)) })
-	wg.Go(func() { _, attachErr = s.AttachProvider(ctx, "default", host, pn) })
+	wg.Go(func() { _, _, attachErr = s.AttachProvider(ctx, "default", host, pn, store.Preconditions{}) })
 	wg.Go(func() { deleted, _, delErr = s.DeleteProvider(ctx, "default", pn, store.Preconditions{}) })
 	wg.Wait()
 	for _, err := range []error{createErr, attachErr, delErr} {

@@ -919,7 +919,12 @@ type Provider struct {
 	// Never returned by the API: responses carry the keys with redacted values.
 	Credentials map[string]string `protobuf:"bytes,3,rep,name=credentials,proto3" json:"credentials,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Plain configuration, returned as is.
-	Config        map[string]string `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Config map[string]string `protobuf:"bytes,4,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The type as the client named it, kept exactly (OpenShell's provider
+	// type is a free string: "claude", "gitlab"); type is then the nearest
+	// of shoal's, GENERIC when none is. Empty: the lower-case name of type.
+	// Set at create; an update may repeat it but not change it.
+	TypeName      string `protobuf:"bytes,5,opt,name=type_name,json=typeName,proto3" json:"type_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -980,6 +985,13 @@ func (x *Provider) GetConfig() map[string]string {
 		return x.Config
 	}
 	return nil
+}
+
+func (x *Provider) GetTypeName() string {
+	if x != nil {
+		return x.TypeName
+	}
+	return ""
 }
 
 // Preconditions make a request fail with FAILED_PRECONDITION instead of
@@ -2139,12 +2151,15 @@ func (x *LogsChunk) GetStream() string {
 }
 
 type AttachProviderRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workspace     string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Provider      string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Provider  string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	// If non-zero, the attach applies only at this resource_version of the
+	// sandbox; otherwise FAILED_PRECONDITION.
+	ResourceVersion int64 `protobuf:"varint,4,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *AttachProviderRequest) Reset() {
@@ -2198,13 +2213,23 @@ func (x *AttachProviderRequest) GetProvider() string {
 	return ""
 }
 
+func (x *AttachProviderRequest) GetResourceVersion() int64 {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return 0
+}
+
 type DetachProviderRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Workspace     string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Provider      string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Provider  string                 `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	// If non-zero, the detach applies only at this resource_version of the
+	// sandbox; otherwise FAILED_PRECONDITION.
+	ResourceVersion int64 `protobuf:"varint,4,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DetachProviderRequest) Reset() {
@@ -2256,6 +2281,13 @@ func (x *DetachProviderRequest) GetProvider() string {
 		return x.Provider
 	}
 	return ""
+}
+
+func (x *DetachProviderRequest) GetResourceVersion() int64 {
+	if x != nil {
+		return x.ResourceVersion
+	}
+	return 0
 }
 
 type StopSandboxRequest struct {
@@ -2654,8 +2686,12 @@ type UpdateProviderRequest struct {
 	// If non-zero, the update applies only at this resource_version.
 	ResourceVersion   int64 `protobuf:"varint,5,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
 	UpdateAnnotations bool  `protobuf:"varint,6,opt,name=update_annotations,json=updateAnnotations,proto3" json:"update_annotations,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// With merge, the maps selected by the update_* flags are merged into
+	// the stored ones instead of replacing them: a key with a value is set,
+	// a key with an empty value is removed (OpenShell's UpdateProvider).
+	Merge         bool `protobuf:"varint,7,opt,name=merge,proto3" json:"merge,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateProviderRequest) Reset() {
@@ -2726,6 +2762,13 @@ func (x *UpdateProviderRequest) GetResourceVersion() int64 {
 func (x *UpdateProviderRequest) GetUpdateAnnotations() bool {
 	if x != nil {
 		return x.UpdateAnnotations
+	}
+	return false
+}
+
+func (x *UpdateProviderRequest) GetMerge() bool {
+	if x != nil {
+		return x.Merge
 	}
 	return false
 }
@@ -5126,12 +5169,13 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\aSandbox\x12(\n" +
 	"\x04meta\x18\x01 \x01(\v2\x14.shoal.v1.ObjectMetaR\x04meta\x12)\n" +
 	"\x04spec\x18\x02 \x01(\v2\x15.shoal.v1.SandboxSpecR\x04spec\x12/\n" +
-	"\x06status\x18\x03 \x01(\v2\x17.shoal.v1.SandboxStatusR\x06status\"\xda\x02\n" +
+	"\x06status\x18\x03 \x01(\v2\x17.shoal.v1.SandboxStatusR\x06status\"\xf7\x02\n" +
 	"\bProvider\x12(\n" +
 	"\x04meta\x18\x01 \x01(\v2\x14.shoal.v1.ObjectMetaR\x04meta\x12*\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x16.shoal.v1.ProviderTypeR\x04type\x12E\n" +
 	"\vcredentials\x18\x03 \x03(\v2#.shoal.v1.Provider.CredentialsEntryR\vcredentials\x126\n" +
-	"\x06config\x18\x04 \x03(\v2\x1e.shoal.v1.Provider.ConfigEntryR\x06config\x1a>\n" +
+	"\x06config\x18\x04 \x03(\v2\x1e.shoal.v1.Provider.ConfigEntryR\x06config\x12\x1b\n" +
+	"\ttype_name\x18\x05 \x01(\tR\btypeName\x1a>\n" +
 	"\x10CredentialsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -5230,15 +5274,17 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"tail_lines\x18\x04 \x01(\x05R\ttailLines\"7\n" +
 	"\tLogsChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
-	"\x06stream\x18\x02 \x01(\tR\x06stream\"e\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\"\x90\x01\n" +
 	"\x15AttachProviderRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
-	"\bprovider\x18\x03 \x01(\tR\bprovider\"e\n" +
+	"\bprovider\x18\x03 \x01(\tR\bprovider\x12)\n" +
+	"\x10resource_version\x18\x04 \x01(\x03R\x0fresourceVersion\"\x90\x01\n" +
 	"\x15DetachProviderRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
-	"\bprovider\x18\x03 \x01(\tR\bprovider\"\xb6\x01\n" +
+	"\bprovider\x18\x03 \x01(\tR\bprovider\x12)\n" +
+	"\x10resource_version\x18\x04 \x01(\x03R\x0fresourceVersion\"\xb6\x01\n" +
 	"\x12StopSandboxRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12/\n" +
@@ -5265,14 +5311,15 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x12.shoal.v1.ProviderR\x05items\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12)\n" +
 	"\x10resource_version\x18\x03 \x01(\x03R\x0fresourceVersion\x12\x1a\n" +
-	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\x9a\x02\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\xb0\x02\n" +
 	"\x15UpdateProviderRequest\x12.\n" +
 	"\bprovider\x18\x01 \x01(\v2\x12.shoal.v1.ProviderR\bprovider\x12-\n" +
 	"\x12update_credentials\x18\x02 \x01(\bR\x11updateCredentials\x12#\n" +
 	"\rupdate_config\x18\x03 \x01(\bR\fupdateConfig\x12#\n" +
 	"\rupdate_labels\x18\x04 \x01(\bR\fupdateLabels\x12)\n" +
 	"\x10resource_version\x18\x05 \x01(\x03R\x0fresourceVersion\x12-\n" +
-	"\x12update_annotations\x18\x06 \x01(\bR\x11updateAnnotations\"\x9c\x01\n" +
+	"\x12update_annotations\x18\x06 \x01(\bR\x11updateAnnotations\x12\x14\n" +
+	"\x05merge\x18\a \x01(\bR\x05merge\"\x9c\x01\n" +
 	"\x15DeleteProviderRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +

@@ -1,0 +1,16 @@
+// Package openshellapi serves OpenShell's gateway API (package openshell.v1,
+// service OpenShell, as of OpenShell commit
+// 2f7fb65591ee5746217ace154afc0aa6bf1afc6d) from a shoal node, beside
+// shoal.v1 on the same listener, so that OpenShell's clients run unchanged
+// against a shoal cluster.
+//
+// It is a translation layer and owns no state: every method maps onto the
+// shoal.v1 method that does the same thing (its "twin") and is authorized as
+// that twin. It adds no etcd round trip to what the twin does, and it
+// forwards nothing itself: the twins already reach the owning node.
+//
+// The wire (names, numbers, types) is declared in api/openshell, shoal's own
+// subset of OpenShell's proto; wirefacts_test.go pins it to the target
+// commit. A later OpenShell version that renames things gets a package of its
+// own beside this one.
+package openshellapi
