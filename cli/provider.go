@@ -119,8 +119,10 @@ Warnings of the server (say, a corrupt record it skipped) go to stderr.`,
 				Usage:     "replace a provider's credentials, config or labels",
 				ArgsUsage: "NAME",
 				Description: `Each given kind of flag replaces that whole map: any credential flag
-replaces all credentials with the ones given. Sandboxes that already run keep
-the credentials they started with.
+replaces all credentials with the ones given. Sandboxes that run see the new
+values within seconds as files, /run/shoal/providers/NAME/KEY; their
+environment keeps the values they started with until they are started again
+(shoal sandbox restart), which gives them the new ones.
 
   shoal provider update nvidia --credential-from-env NVIDIA_API_KEY
 

@@ -84,6 +84,26 @@ func TestStopStartThroughANonOwner(t *testing.T) {
 		t.Fatalf("restart -o json: %v\n%s", err, r.stdout)
 	}
 
+	// A rotation reaches the running sandbox's files at once and its
+	// environment at the next start (a new container from its files).
+	run(t, bin, front, "provider", "create", "rot", "--type", "generic", "--credential", "ROT_KEY=old-value").must(t, 0, "provider create")
+	run(t, bin, front, "sandbox", "attach", "st", "rot").must(t, 0, "attach")
+	run(t, bin, front, "sandbox", "restart", "st", "--wait").must(t, 0, "restart after an attach")
+	run(t, bin, front, "provider", "update", "rot", "--credential", "ROT_KEY=new-value").must(t, 0, "rotate")
+	testenv.Eventually(t, 10*time.Second, "the rotated value in the file", func() bool {
+		return run(t, bin, front, "sandbox", "exec", "st", "--", "cat", "/run/shoal/providers/rot/ROT_KEY").stdout == "new-value"
+	})
+	if r := run(t, bin, front, "sandbox", "exec", "st", "--", "sh", "-c", `echo "$ROT_KEY"`).must(t, 0, "env before the restart"); r.stdout != "old-value\n" {
+		t.Fatalf("env before the restart: %q", r.stdout)
+	}
+	run(t, bin, front, "sandbox", "restart", "st", "--wait").must(t, 0, "restart after the rotation")
+	if r := run(t, bin, front, "sandbox", "exec", "st", "--", "sh", "-c", `echo "$ROT_KEY"; cat /root/f`).must(t, 0, "env after the restart"); r.stdout != "new-value\nkept\n" {
+		t.Fatalf("env and file after the restart: %q", r.stdout)
+	}
+	if st := containerOf(t, c, 1, uid); st != "running" {
+		t.Fatalf("after a refreshing restart the sandbox's container on node 1 is %q", st)
+	}
+
 	// A command that exits nonzero: start --wait exits 1 naming its code.
 	run(t, bin, front, "sandbox", "create", "job", "--node", c.ID(1), "--wait", "--", "sh", "-c", "exit 3").must(t, cli.ExitError, "create of a failing job")
 	r = run(t, bin, front, "sandbox", "start", "job", "--wait").must(t, cli.ExitError, "start of a failing job")
