@@ -295,6 +295,10 @@ type kindCache[T object] struct {
 	// under mu.
 	node  func(T) string
 	tally placement.Tally
+	// uids indexes the copy's records that decode by their uid (uid →
+	// key), for the APIs that name a sandbox by its uid (uidindex.go).
+	// It changes with tree, under mu.
+	uids map[string]string
 }
 
 // logged is one event of the log as it is kept: the record's bytes, not
@@ -350,7 +354,7 @@ func newKindCache[T object](c *Cache, cd codec[T], prefix string, max int) *kind
 	return &kindCache[T]{c: c, codec: cd, prefix: prefix, max: max, listed: make(chan struct{}), established: make(chan struct{}), progress: make(chan struct{}, 1),
 		tree: btree.NewG(32, entryLess[T]), changed: make(chan struct{}),
 		watchers: map[*cacheWatcher[T]]struct{}{}, snaps: map[int64]snapshotOf[T]{}, recent: map[string]ownWrite{},
-		unseenAt: map[string]string{}}
+		unseenAt: map[string]string{}, uids: map[string]string{}}
 }
 
 // pick chooses among nodes by the tally (placement.Tally.Pick: fewest
@@ -500,7 +504,8 @@ func (k *kindCache[T]) relist(ctx context.Context) error {
 	}
 	k.tree, k.rev, k.evStart, k.events = tree, rev, rev, nil
 	k.tally.ResetCounts()
-	tree.Ascend(func(e entry[T]) bool { k.count(e, 1); return true })
+	clear(k.uids)
+	tree.Ascend(func(e entry[T]) bool { k.count(e, 1); k.indexUID(e, 1); return true })
 	clear(k.snaps)
 	k.clearRecentLocked()
 	k.advanceLocked()
@@ -622,6 +627,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 		old, had := k.tree.Get(entry[T]{key: key})
 		if had {
 			k.count(old, -1)
+			k.indexUID(old, -1)
 		}
 		if ev.Type == clientv3.EventTypeDelete {
 			k.tree.Delete(entry[T]{key: key})
@@ -645,6 +651,7 @@ func (k *kindCache[T]) apply(evs []*clientv3.Event) {
 			}
 			k.tree.ReplaceOrInsert(n)
 			k.count(n, 1)
+			k.indexUID(n, 1)
 			k.markUnseenLocked(key)
 			if n.err != nil {
 				k.rev = rev
