@@ -118,6 +118,14 @@ func (s *Server) Caller(ctx context.Context) (id Identity, secure bool, err erro
 	return id, true, err
 }
 
+// AuthorizeAs refuses a call whose caller's role may not call method (a
+// shoal.v1 method's full name) as well: for a call of another service
+// that also does what method does (an OpenShell watch that follows logs
+// is a Logs call too).
+func (s *Server) AuthorizeAs(ctx context.Context, method string) error {
+	return s.authorize(ctx, method)
+}
+
 // authorize refuses a call the caller's role may not make. Plaintext (no
 // transport) authorizes everything: such a node serves loopback only.
 func (s *Server) authorize(ctx context.Context, method string) error {

@@ -85,6 +85,25 @@ func TestMutualTLSRoles(t *testing.T) {
 	}
 	_, err = viewer.DeleteSandbox(ctx, &openshellv1.DeleteSandboxRequest{Name: "o"})
 	wantCode(t, "DeleteSandbox as viewer", err, codes.PermissionDenied)
+	// A viewer may watch the record, not read the container's output.
+	o, err := viewer.GetSandbox(ctx, &openshellv1.GetSandboxRequest{Name: "o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := func(c openshellv1.OpenShellClient, logs bool) error {
+		st, err := c.WatchSandbox(ctx, &openshellv1.WatchSandboxRequest{Id: o.GetSandbox().GetMetadata().GetId(), FollowLogs: logs, StopOnTerminal: true})
+		if err != nil {
+			return err
+		}
+		_, err = st.Recv()
+		return err
+	}
+	wantCode(t, "WatchSandbox follow_logs as viewer", watch(viewer, true), codes.PermissionDenied, "Logs")
+	if err := watch(viewer, false); err != nil {
+		t.Fatalf("WatchSandbox as viewer: %v", err)
+	}
+	_, err = viewer.GetSandboxLogs(ctx, &openshellv1.GetSandboxLogsRequest{SandboxId: o.GetSandbox().GetMetadata().GetId()})
+	wantCode(t, "GetSandboxLogs as viewer", err, codes.PermissionDenied)
 
 	bearer := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer abc")
 	_, err = admin.GetSandbox(bearer, &openshellv1.GetSandboxRequest{Name: "o"})

@@ -114,6 +114,13 @@ func (s *Server) WatchSandbox(req *openshellv1.WatchSandboxRequest, stream opens
 	}
 	logs = logs && req.FollowLogs
 	ctx := stream.Context()
+	if logs {
+		// The container's output is an operator's to read (shoal's Logs),
+		// not every viewer's who may watch the record.
+		if err := s.api.AuthorizeAs(ctx, "/shoal.v1.Shoal/Logs"); err != nil {
+			return grpcError(err, false)
+		}
+	}
 	w, name, err := s.sandboxRef(ctx, "id", req.Id)
 	if err != nil {
 		return err
