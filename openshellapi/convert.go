@@ -81,6 +81,20 @@ func statusOf(sb *shoalv1.Sandbox) *openshellv1.SandboxStatus {
 	for _, c := range st.GetConditions() {
 		out.Conditions = append(out.Conditions, conditionOf(c.Type, c.Status, c.Reason, c.Message, c.LastTransitionTime))
 	}
+	// A stop or start the owner has not acted on yet: the phase it moves
+	// to, not the one it leaves (a start's STOPPED would read as a command
+	// that exited, ERROR).
+	stopWanted := sb.GetSpec().GetRunState() == shoalv1.RunState_RUN_STATE_STOPPED
+	if st.GetObservedRunGeneration() < sb.GetSpec().GetRunGeneration() && sb.GetMeta().GetDeletionTimestamp() == nil {
+		switch ph := st.GetPhase(); {
+		case stopWanted && (ph == shoalv1.SandboxPhase_READY || ph == shoalv1.SandboxPhase_STARTING):
+			out.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPING
+			return out
+		case !stopWanted && (ph == shoalv1.SandboxPhase_STOPPED || ph == shoalv1.SandboxPhase_STOPPING):
+			out.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_STARTING
+			return out
+		}
+	}
 	switch st.GetPhase() {
 	case shoalv1.SandboxPhase_SANDBOX_PHASE_UNSPECIFIED, shoalv1.SandboxPhase_PROVISIONING:
 		out.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_PROVISIONING
@@ -89,7 +103,7 @@ func statusOf(sb *shoalv1.Sandbox) *openshellv1.SandboxStatus {
 	case shoalv1.SandboxPhase_ERROR:
 		out.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_ERROR
 	case shoalv1.SandboxPhase_STOPPED:
-		if sb.GetSpec().GetRunState() == shoalv1.RunState_RUN_STATE_STOPPED {
+		if stopWanted {
 			out.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_STOPPED
 			break
 		}
