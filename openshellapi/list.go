@@ -6,7 +6,7 @@ import (
 	"slices"
 
 	"shoal"
-	datamodelv1 "shoal/api/openshell/datamodel/v1"
+	shoalv1 "shoal/api/shoal/v1"
 )
 
 // OpenShell's lists page by limit and offset over the whole list, oldest
@@ -36,13 +36,15 @@ func (s *Server) scope(ctx context.Context, workspace string, all bool) (string,
 	return "", nil
 }
 
-// page sorts items by creation time, then workspace and name, and returns
-// the limit (0: DefaultListLimit, at most MaxListLimit) items from offset.
-func page[T any](items []T, meta func(T) *datamodelv1.ObjectMeta, limit, offset uint32) []T {
+// page sorts shoal's items by creation time (to the millisecond, as
+// OpenShell's created_at_ms), then workspace and name, and returns the
+// limit (0: DefaultListLimit, at most MaxListLimit) items from offset,
+// converted: only the page's items are converted.
+func page[T interface{ GetMeta() *shoalv1.ObjectMeta }, O any](items []T, convert func(T) O, limit, offset uint32) []O {
 	slices.SortStableFunc(items, func(a, b T) int {
-		ma, mb := meta(a), meta(b)
-		return cmp.Or(cmp.Compare(ma.GetCreatedAtMs(), mb.GetCreatedAtMs()),
-			cmp.Compare(ma.GetWorkspace(), mb.GetWorkspace()), cmp.Compare(ma.GetName(), mb.GetName()))
+		ma, mb := a.GetMeta(), b.GetMeta()
+		return cmp.Or(cmp.Compare(millis(ma.GetCreatedAt()), millis(mb.GetCreatedAt())),
+			cmp.Compare(ws(ma.GetWorkspace()), ws(mb.GetWorkspace())), cmp.Compare(ma.GetName(), mb.GetName()))
 	})
 	n := int(limit)
 	if n == 0 {
@@ -52,5 +54,10 @@ func page[T any](items []T, meta func(T) *datamodelv1.ObjectMeta, limit, offset 
 	if int(offset) >= len(items) {
 		return nil
 	}
-	return items[offset:min(len(items), int(offset)+n)]
+	items = items[offset:min(len(items), int(offset)+n)]
+	out := make([]O, len(items))
+	for i, it := range items {
+		out[i] = convert(it)
+	}
+	return out
 }

@@ -89,11 +89,7 @@ func (s *Server) ListProviders(ctx context.Context, req *openshellv1.ListProvide
 	if err != nil {
 		return nil, grpcError(err, false)
 	}
-	items := make([]*datamodelv1.Provider, len(all))
-	for i, p := range all {
-		items[i] = providerOf(p)
-	}
-	return &openshellv1.ListProvidersResponse{Providers: page(items, (*datamodelv1.Provider).GetMetadata, req.Limit, req.Offset)}, nil
+	return &openshellv1.ListProvidersResponse{Providers: page(all, providerOf, req.Limit, req.Offset)}, nil
 }
 
 // UpdateProvider merges: a credentials or config key with a value is set,

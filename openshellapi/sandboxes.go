@@ -114,11 +114,7 @@ func (s *Server) ListSandboxes(ctx context.Context, req *openshellv1.ListSandbox
 	if err != nil {
 		return nil, grpcError(err, false)
 	}
-	items := make([]*openshellv1.Sandbox, len(all))
-	for i, sb := range all {
-		items[i] = sandboxOf(sb)
-	}
-	return &openshellv1.ListSandboxesResponse{Sandboxes: page(items, (*openshellv1.Sandbox).GetMetadata, req.Limit, req.Offset)}, nil
+	return &openshellv1.ListSandboxesResponse{Sandboxes: page(all, sandboxOf, req.Limit, req.Offset)}, nil
 }
 
 // DeleteSandbox records shoal's durable deletion intent and answers
