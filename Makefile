@@ -64,7 +64,9 @@ test: build image node-image
 bench: build image
 	( $(GO) test -run '^$$' -bench UpdateLoopVsRaw -benchtime 3000x -count 3 ./bench/ && \
 	  $(GO) test -run '^$$' -bench DeleteSandboxLatency -benchtime 1x -count 1 -timeout 20m ./bench/ && \
-	  $(GO) test -run '^$$' -bench CreateToReady -benchtime 30x -count 1 -timeout 20m ./bench/ && \
+	  $(GO) test -run '^$$' -bench '^BenchmarkCreateToReady$$' -benchtime 30x -count 1 -timeout 20m ./bench/ && \
+	  $(GO) test -run '^$$' -bench OpenShellCreateToReady -benchtime 30x -count 1 -timeout 20m ./bench/ && \
+	  $(GO) test -run '^$$' -bench OpenShellGetListVsShoal -benchtime 1x -count 3 -timeout 20m ./bench/ && \
 	  $(GO) test -run '^$$' -bench 'CachedGetVsRaw' -benchtime 3000x -count 3 ./bench/ && \
 	  $(GO) test -run '^$$' -bench 'CachedListVsRaw|CreatesAt64Clients|ClientWatches|CacheMemory' -benchtime 1x -count 1 -timeout 20m ./bench/ && \
 	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench CLIVsEtcdctl -benchtime 20x -count 1 -timeout 20m ./bench/ && \
