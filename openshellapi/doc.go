@@ -6,8 +6,11 @@
 //
 // It is a translation layer and owns no state: every method maps onto the
 // shoal.v1 method that does the same thing (its "twin") and is authorized as
-// that twin. It adds no etcd round trip to what the twin does, and it
-// forwards nothing itself: the twins already reach the owning node.
+// that twin. It adds no etcd round trip to what the shoal.v1 calls that
+// give the same answer do (roundtrips_test.go counts them; only
+// DetachSandboxProvider of a provider not attached and ListSandboxProviders
+// read more than their one twin, a read each), and it forwards nothing
+// itself: the twins already reach the owning node.
 //
 // The wire (names, numbers, types) is declared in api/openshell, shoal's own
 // subset of OpenShell's proto; wirefacts_test.go pins it to the target
