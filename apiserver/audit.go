@@ -77,6 +77,8 @@ func objectOf(req any) string {
 		return ws(m.GetWorkspace()) + "/" + m.GetName()
 	}
 	switch r := req.(type) {
+	case interface{ AuditObject() string }: // another service's request
+		return r.AuditObject()
 	case *shoalv1.ExecInput: // an interactive exec's first message
 		return objectOf(r.GetStart())
 	case *shoalv1.CopyToSandboxInput: // a copy's first message
@@ -101,7 +103,11 @@ func objectOf(req any) string {
 
 // audit writes the record of a finished call, if it is audited.
 func (s *Server) audit(ctx context.Context, method string, req any, reqID string, start time.Time, err error) {
-	if s.cfg.Audit == nil || !audited(s.twin(method)) {
+	as := s.twin(method)
+	if r, ok := req.(interface{ AuditedAs() string }); ok && r.AuditedAs() != "" {
+		as = r.AuditedAs() // it did more than its twin
+	}
+	if s.cfg.Audit == nil || !audited(as) {
 		return
 	}
 	st, _ := status.FromError(err)

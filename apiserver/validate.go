@@ -356,8 +356,13 @@ func validateProvider(p *shoalv1.Provider, create bool) error {
 	if err := validProviderType("provider.type", p.Type, !create); err != nil {
 		return err
 	}
-	if p.TypeName != "" && (len(p.TypeName) > MaxNameLen || !labelName.MatchString(p.TypeName)) {
-		return shoal.Invalid("provider.type_name", "%q must be 1-%d letters, digits, '-', '_' and '.', starting and ending with a letter or digit", trunc(p.TypeName), MaxNameLen)
+	// A client's own word for the type (OpenShell's is a free string):
+	// kept exactly, so any one-line text, bounded.
+	if len(p.TypeName) > MaxNameLen {
+		return shoal.Invalid("provider.type_name", "%q is %d bytes; at most %d", trunc(p.TypeName), len(p.TypeName), MaxNameLen)
+	}
+	if err := validText("provider.type_name", p.TypeName, false); err != nil {
+		return err
 	}
 	if err := validEnvMap("provider.credentials", p.Credentials, MaxCredentials); err != nil {
 		return err

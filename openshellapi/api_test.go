@@ -223,6 +223,9 @@ func TestSandboxes(t *testing.T) {
 	if exited.Status.ExitCode == nil || *exited.Status.ExitCode != 3 {
 		t.Fatalf("exit code of a command that exited: %v", exited.Status)
 	}
+	if c := osCondition(exited, "Exited"); c == nil || c.LastTransitionTime == "" {
+		t.Fatalf("condition Exited, with its time: %v", exited.Status.Conditions)
+	}
 
 	// Delete: deleted at once, the record goes when torn down; missing is
 	// NOT_FOUND.
@@ -253,4 +256,13 @@ func TestSandboxes(t *testing.T) {
 	// A method shoal does not serve says so.
 	err = c.conns[2].Invoke(ctx, "/openshell.v1.OpenShell/CreateSshSession", &emptypb.Empty{}, &emptypb.Empty{})
 	wantCode(t, "CreateSshSession", err, codes.Unimplemented, "shoal does not serve openshell.v1.OpenShell/CreateSshSession")
+}
+
+func osCondition(sb *openshellv1.Sandbox, typ string) *openshellv1.SandboxCondition {
+	for _, c := range sb.GetStatus().GetConditions() {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return nil
 }

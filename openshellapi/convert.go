@@ -110,12 +110,12 @@ func statusOf(sb *shoalv1.Sandbox) *openshellv1.SandboxStatus {
 		code := st.GetExitCode()
 		out.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_ERROR
 		out.ExitCode = &code
-		out.Conditions = append(out.Conditions, conditionOf(ConditionExited, "True", "CommandExited", st.GetMessage(), nil))
+		out.Conditions = append(out.Conditions, conditionOf(ConditionExited, "True", "CommandExited", st.GetMessage(), containerSince(st)))
 	case shoalv1.SandboxPhase_DELETING:
 		out.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_DELETING
 	case shoalv1.SandboxPhase_PAUSED:
 		out.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_UNKNOWN
-		out.Conditions = append(out.Conditions, conditionOf(ConditionPaused, "True", "ContainerPaused", st.GetMessage(), nil))
+		out.Conditions = append(out.Conditions, conditionOf(ConditionPaused, "True", "ContainerPaused", st.GetMessage(), containerSince(st)))
 	case shoalv1.SandboxPhase_UNKNOWN:
 		out.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_UNKNOWN
 	case shoalv1.SandboxPhase_STOPPING:
@@ -126,6 +126,18 @@ func statusOf(sb *shoalv1.Sandbox) *openshellv1.SandboxStatus {
 		out.Phase = openshellv1.SandboxPhase_SANDBOX_PHASE_UNKNOWN
 	}
 	return out
+}
+
+// containerSince is when the agent last saw the container's state change
+// (shoal's ContainerPresent condition, which an exit or a pause moves):
+// the time of the conditions made from that state.
+func containerSince(st *shoalv1.SandboxStatus) *timestamppb.Timestamp {
+	for _, c := range st.GetConditions() {
+		if c.Type == "ContainerPresent" {
+			return c.LastTransitionTime
+		}
+	}
+	return nil
 }
 
 func conditionOf(typ, status, reason, message string, at *timestamppb.Timestamp) *openshellv1.SandboxCondition {

@@ -3,10 +3,13 @@ package openshellapi_test
 import (
 	"fmt"
 	"maps"
+	"regexp"
+	"strconv"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	datamodelv1 "shoal/api/openshell/datamodel/v1"
 	openshellv1 "shoal/api/openshell/v1"
@@ -30,8 +33,8 @@ func TestProviders(t *testing.T) {
 	_, err = a.CreateProvider(ctx, &openshellv1.CreateProviderRequest{Provider: &datamodelv1.Provider{Type: "gitlab", Credentials: map[string]string{"1BAD": "v"}}})
 	wantCode(t, "bad credential name", err, codes.InvalidArgument, "provider.credentials")
 
-	gen, err := a.CreateProvider(ctx, &openshellv1.CreateProviderRequest{Provider: &datamodelv1.Provider{Type: "Claude_Code.v2"}})
-	if err != nil || gen.Provider.Metadata.Name == "" || gen.Provider.Type != "Claude_Code.v2" || gen.Provider.Metadata.Workspace != "default" {
+	gen, err := a.CreateProvider(ctx, &openshellv1.CreateProviderRequest{Provider: &datamodelv1.Provider{Type: "Claude Code/v2"}})
+	if err != nil || gen.Provider.Metadata.Name == "" || gen.Provider.Type != "Claude Code/v2" || gen.Provider.Metadata.Workspace != "default" {
 		t.Fatalf("a provider without a name: %v %v", gen, err)
 	}
 	cr, err := a.CreateProvider(ctx, &openshellv1.CreateProviderRequest{Provider: &datamodelv1.Provider{
@@ -135,7 +138,14 @@ func TestProviders(t *testing.T) {
 		t.Fatalf("attach again: %v %v, want attached=false", again, err)
 	}
 	_, err = b.DetachSandboxProvider(ctx, &openshellv1.DetachSandboxProviderRequest{SandboxName: "s", ProviderName: "gl", ExpectedResourceVersion: s.Sandbox.Metadata.ResourceVersion})
-	wantCode(t, "detach at a stale version", err, codes.Aborted, fmt.Sprint(again.Sandbox.Metadata.ResourceVersion))
+	// The message names the current version: the one attach answered, or
+	// a later one if the owner wrote the status since.
+	wantCode(t, "detach at a stale version", err, codes.Aborted, "resource_version")
+	msg := status.Convert(err).Message()
+	m := regexp.MustCompile(`is at resource_version (\d+)`).FindStringSubmatch(msg)
+	if cur, _ := strconv.ParseUint(append(m, "", "")[1], 10, 64); cur < again.Sandbox.Metadata.ResourceVersion {
+		t.Fatalf("detach at a stale version: %q names no current version at or after %d", msg, again.Sandbox.Metadata.ResourceVersion)
+	}
 	lsp, err := c.os[2].ListSandboxProviders(ctx, &openshellv1.ListSandboxProvidersRequest{SandboxName: "s"})
 	if err != nil || len(lsp.Providers) != 1 || lsp.Providers[0].Metadata.Name != "gl" {
 		t.Fatalf("ListSandboxProviders: %v %v", lsp, err)

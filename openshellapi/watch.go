@@ -113,6 +113,9 @@ func (s *Server) WatchSandbox(req *openshellv1.WatchSandboxRequest, stream opens
 		return err
 	}
 	logs = logs && req.FollowLogs
+	if req.LogTailLines > maxLogLines {
+		return invalid("log_tail_lines", "%d is more than %d", req.LogTailLines, maxLogLines)
+	}
 	ctx := stream.Context()
 	if logs {
 		// The container's output is an operator's to read (shoal's Logs),
@@ -125,7 +128,11 @@ func (s *Server) WatchSandbox(req *openshellv1.WatchSandboxRequest, stream opens
 	if err != nil {
 		return err
 	}
-	cur, err := s.api.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Workspace: w, Name: name})
+	// The changes follow on from the revision this read reflects, not
+	// from the record's own (which, for a sandbox that has not changed in
+	// a while, may be older than the watch cache's log and compacted away
+	// in etcd).
+	cur, rev, err := s.cfg.Store.GetSandboxAt(ctx, w, name)
 	if err == nil && cur.GetMeta().GetUid() != req.Id {
 		err = shoal.NotFound("sandbox with id %q not found (its name now has another)", req.Id)
 	}
@@ -155,7 +162,7 @@ func (s *Server) WatchSandbox(req *openshellv1.WatchSandboxRequest, stream opens
 		})
 	}
 	part(func() error {
-		return s.followStatus(wctx, req, w, name, cur.GetMeta().GetResourceVersion(), q, changed)
+		return s.followStatus(wctx, req, w, name, cur.GetMeta().GetResourceVersion(), max(rev, cur.GetMeta().GetResourceVersion()), q, changed)
 	})
 	if logs {
 		tail := int(req.LogTailLines)
@@ -192,12 +199,16 @@ func (s *Server) WatchSandbox(req *openshellv1.WatchSandboxRequest, stream opens
 }
 
 // followStatus queues the sandbox's changes after revision rev until it is
-// gone (errWatchDone), or terminal with stop_on_terminal.
-func (s *Server) followStatus(ctx context.Context, req *openshellv1.WatchSandboxRequest, w, name string, rev int64, q *watchQueueOf, changed chan<- struct{}) error {
+// gone (errWatchDone), or terminal with stop_on_terminal; seen is the
+// version already sent (nothing at or before it is sent again).
+func (s *Server) followStatus(ctx context.Context, req *openshellv1.WatchSandboxRequest, w, name string, seen, rev int64, q *watchQueueOf, changed chan<- struct{}) error {
 	send := func(ev *shoalv1.WatchEvent) error {
 		sb := ev.GetSandbox()
 		if ev.Type == shoalv1.EventType_DELETED || sb.GetMeta().GetUid() != req.Id {
 			return errWatchDone // removed, or removed and made again
+		}
+		if sb.GetMeta().GetResourceVersion() <= seen {
+			return nil
 		}
 		select {
 		case changed <- struct{}{}:

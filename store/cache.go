@@ -777,6 +777,15 @@ func (k *kindCache[T]) get(key string) (entry[T], bool) {
 	return e, ok
 }
 
+// getAt is get and the revision of the copy it was read from: every
+// change after that revision is one a watch from it delivers.
+func (k *kindCache[T]) getAt(key string) (entry[T], bool, int64) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	e, ok := k.tree.Get(entry[T]{key: key})
+	return e, ok, k.rev
+}
+
 // snapshot is a copy-on-write clone of the copy and its revision.
 func (k *kindCache[T]) snapshot() (*btree.BTreeG[entry[T]], int64) {
 	k.mu.Lock()

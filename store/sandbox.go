@@ -139,6 +139,40 @@ func (s *Store) GetSandbox(ctx context.Context, ws, name string) (*shoalv1.Sandb
 	return get(ctx, s, sandboxCodec, s.k.sandbox(ws, name), name)
 }
 
+// GetSandboxAt is GetSandbox and the revision the read reflects (the watch
+// cache's, or etcd's): a watch from that revision follows on from the
+// answer with nothing missed, whenever the record last changed (its own
+// mod revision may be older than what the cache's event log or etcd's
+// history still holds).
+func (s *Store) GetSandboxAt(ctx context.Context, ws, name string) (*shoalv1.Sandbox, int64, error) {
+	key := s.k.sandbox(ws, name)
+	if k := kindOf(s, sandboxCodec); k != nil {
+		fresh, err := k.waitFresh(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		if fresh {
+			e, ok, rev := k.getAt(key)
+			switch {
+			case !ok:
+				return nil, rev, shoal.NotFound("sandbox %q not found", name)
+			case e.err != nil:
+				return nil, rev, e.err
+			}
+			return e.object(sandboxCodec, e.rev), rev, nil
+		}
+	}
+	resp, err := s.c.Get(ctx, key)
+	if err != nil {
+		return nil, 0, etcdErr(ctx, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, resp.Header.Revision, shoal.NotFound("sandbox %q not found", name)
+	}
+	sb, err := sandboxCodec.decode(resp.Kvs[0])
+	return sb, resp.Header.Revision, err
+}
+
 // UpdateSandbox applies mutate to the sandbox through the update loop. The
 // sandbox must exist; pre, when set, must hold against the current state on
 // every attempt. mutate may run several times.
