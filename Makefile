@@ -6,6 +6,9 @@ NODE_BIN  ?= $(dir $(BIN))shoal-node
 # The lab (chaos, soak, fleet bench; package lab) is a binary of its own:
 # shoal links none of it. Its nodes run $(BIN).
 LAB_BIN   ?= bin/shoal-lab
+# The egress sidecar's one program (package egress): static and tiny, for
+# an image FROM scratch beside each sandbox with egress rules.
+SHIM_BIN  ?= $(dir $(BIN))shoal-egress-shim
 IMAGE     ?= shoal/sandbox:dev
 NODE_IMAGE ?= shoal/node:dev
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
@@ -33,6 +36,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/shoal
 	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(NODE_BIN) ./cmd/shoal-node
 	CGO_ENABLED=0 $(GO) build -trimpath -tags '$(BUILD_TAGS)' -ldflags '$(LDFLAGS)' -o $(LAB_BIN) ./cmd/shoal-lab
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(SHIM_BIN) ./cmd/shoal-egress-shim
 
 # The binaries onto PATH: `shoal`, `shoal-node` (beside shoal, which runs
 # it for `shoal node start`) and `shoal-lab`, as the docs write them.

@@ -13,8 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"shoal/egress/shim"
 )
 
 // Policies gives a sandbox's current policy; ok is false when the sandbox
@@ -150,90 +151,13 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, sandbox string) erro
 	if p.Policies == nil {
 		return errors.New("egress: Proxy.Policies is nil")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	t := &tracker{conns: make(map[io.Closer]struct{})}
-	var watcher sync.WaitGroup
-	watcher.Go(func() {
-		<-ctx.Done()
-		ln.Close()
-		t.closeAll()
+	err := shim.Serve(ctx, ln, func(ctx context.Context, c net.Conn, open *shim.Conns) {
+		p.handle(ctx, open, c, sandbox)
 	})
-	var conns sync.WaitGroup
-	var err error
-	backoff := 5 * time.Millisecond
-	for {
-		c, aerr := ln.Accept()
-		if aerr != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			if errors.Is(aerr, syscall.EMFILE) || errors.Is(aerr, syscall.ENFILE) || errors.Is(aerr, syscall.ECONNABORTED) {
-				// Out of file descriptors: wait for some to be freed.
-				tm := time.NewTimer(backoff)
-				select {
-				case <-ctx.Done():
-				case <-tm.C:
-				}
-				tm.Stop()
-				backoff = min(2*backoff, time.Second)
-				continue
-			}
-			err = fmt.Errorf("egress: accept for sandbox %s: %w", sandbox, aerr)
-			ln.Close()
-			break
-		}
-		backoff = 5 * time.Millisecond
-		if !t.add(c) {
-			c.Close()
-			continue
-		}
-		conns.Go(func() {
-			defer t.remove(c)
-			defer c.Close()
-			p.handle(ctx, t, c, sandbox)
-		})
+	if err != nil {
+		return fmt.Errorf("egress: accept for sandbox %s: %w", sandbox, err)
 	}
-	conns.Wait()
-	cancel()
-	watcher.Wait()
-	return err
-}
-
-// tracker holds a Serve's open connections, so that the end of its
-// context closes them all.
-type tracker struct {
-	mu     sync.Mutex
-	closed bool
-	conns  map[io.Closer]struct{}
-}
-
-// add registers c; false means Serve is closing and c must be closed.
-func (t *tracker) add(c io.Closer) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return false
-	}
-	t.conns[c] = struct{}{}
-	return true
-}
-
-func (t *tracker) remove(c io.Closer) {
-	t.mu.Lock()
-	delete(t.conns, c)
-	t.mu.Unlock()
-}
-
-func (t *tracker) closeAll() {
-	t.mu.Lock()
-	t.closed = true
-	cs := t.conns
-	t.conns = nil
-	t.mu.Unlock()
-	for c := range cs {
-		c.Close()
-	}
+	return nil
 }
 
 // refusal is a response the proxy writes instead of relaying.
@@ -244,7 +168,7 @@ type refusal struct {
 
 // handle serves one client connection: one CONNECT tunnel, or one
 // forwarded http:// request.
-func (p *Proxy) handle(ctx context.Context, t *tracker, c net.Conn, sandbox string) {
+func (p *Proxy) handle(ctx context.Context, open *shim.Conns, c net.Conn, sandbox string) {
 	dec := Decision{Sandbox: sandbox, Rule: -1}
 	report := func() {
 		if p.OnDecision != nil {
@@ -369,10 +293,10 @@ func (p *Proxy) handle(ctx context.Context, t *tracker, c net.Conn, sandbox stri
 		return
 	}
 	defer up.Close()
-	if !t.add(up) {
+	if !open.Add(up) {
 		return
 	}
-	defer t.remove(up)
+	defer open.Remove(up)
 	report()
 
 	if connect {
@@ -382,7 +306,7 @@ func (p *Proxy) handle(ctx context.Context, t *tracker, c net.Conn, sandbox stri
 		// Bytes the client sent after its CONNECT (a TLS ClientHello
 		// that did not wait for the 200) are in br's buffer.
 		early, _ := br.Peek(br.Buffered())
-		relay(c, up, early)
+		shim.Relay(c, up, early)
 		return
 	}
 	forward(c, up, req)
@@ -447,38 +371,6 @@ func (p *Proxy) resolve(ctx context.Context, host string) ([]netip.Addr, error) 
 	return addrs, err
 }
 
-// relay copies both ways until both directions have ended. A direction
-// that ends cleanly (EOF) half-closes its destination, so that a client
-// that shuts down its writing still reads the whole answer; one that
-// fails closes both connections. Both ends are the connections as
-// accepted and dialled (*net.TCPConn, *net.UnixConn), so io.Copy can
-// splice between them.
-func relay(client, up net.Conn, early []byte) {
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		var err error
-		if len(early) > 0 {
-			_, err = up.Write(early)
-		}
-		if err == nil {
-			_, err = io.Copy(up, client)
-		}
-		if err != nil {
-			client.Close()
-			up.Close()
-			return
-		}
-		closeWrite(up)
-	})
-	if _, err := io.Copy(client, up); err != nil {
-		client.Close()
-		up.Close()
-	} else {
-		closeWrite(client)
-	}
-	wg.Wait()
-}
-
 // hopHeaders are the request headers meant for the proxy, not the origin.
 var hopHeaders = []string{"Proxy-Connection", "Proxy-Authorization", "Proxy-Authenticate", "Keep-Alive", "Te", "Trailer", "Upgrade"}
 
@@ -508,7 +400,7 @@ func forward(c, up net.Conn, req *http.Request) {
 		}
 	})
 	if _, err := io.Copy(c, up); err == nil {
-		closeWrite(c)
+		shim.CloseWrite(c)
 	}
 	// The answer is over: whatever of the request is still unsent is
 	// not wanted.
@@ -525,15 +417,9 @@ func writeRefusal(c net.Conn, r refusal) {
 	body := "shoal egress: " + r.reason + "\n"
 	fmt.Fprintf(c, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 		r.code, http.StatusText(r.code), len(body), body)
-	closeWrite(c)
+	shim.CloseWrite(c)
 	c.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
 	io.CopyN(io.Discard, c, 256<<10)
-}
-
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	}
 }
 
 func orDefault(d, def time.Duration) time.Duration {

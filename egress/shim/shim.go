@@ -1,0 +1,174 @@
+// Package shim is the sandbox side of shoal's egress: it accepts the
+// connections of a sandbox's programs on the proxy address they are told
+// (127.0.0.1:3128 in the sandbox's network namespace) and relays each,
+// byte for byte, to the unix socket on which the node's proxy listens
+// for that sandbox alone. It knows nothing of HTTP or of policies: the
+// node decides everything (package egress). It is kept apart from
+// package egress so that the shim's binary (cmd/shoal-egress-shim) links
+// nothing but the net package.
+package shim
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Forward relays every connection ln accepts to the unix socket at
+// socket, a new socket connection for each, until ctx is done or ln
+// fails, as Serve says. A connection whose socket cannot be dialled (the
+// node is restarting) is closed at once: the client sees its proxy
+// connection fail, and retries.
+func Forward(ctx context.Context, ln net.Listener, socket string) error {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	return Serve(ctx, ln, func(ctx context.Context, c net.Conn, open *Conns) {
+		up, err := d.DialContext(ctx, "unix", socket)
+		if err != nil {
+			return
+		}
+		defer up.Close()
+		if !open.Add(up) {
+			return
+		}
+		defer open.Remove(up)
+		Relay(c, up, nil)
+	})
+}
+
+// Serve runs handle on a goroutine of its own for every connection ln
+// accepts, until ctx is done or ln fails; the node's proxy serves each
+// sandbox's socket with it too. When ctx is done it closes ln and every
+// open connection (the accepted ones and those a handler added to open)
+// and returns nil once every handler has returned; when ln fails it
+// waits for the handlers and returns the error. It closes each accepted
+// connection after its handler. Running out of file descriptors is
+// waited out, not an error.
+func Serve(ctx context.Context, ln net.Listener, handle func(ctx context.Context, c net.Conn, open *Conns)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	open := &Conns{conns: make(map[io.Closer]struct{})}
+	var watcher sync.WaitGroup
+	watcher.Go(func() {
+		<-ctx.Done()
+		ln.Close()
+		open.closeAll()
+	})
+	var handlers sync.WaitGroup
+	var err error
+	backoff := 5 * time.Millisecond
+	for {
+		c, aerr := ln.Accept()
+		if aerr != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if errors.Is(aerr, syscall.EMFILE) || errors.Is(aerr, syscall.ENFILE) || errors.Is(aerr, syscall.ECONNABORTED) {
+				t := time.NewTimer(backoff)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+				backoff = min(2*backoff, time.Second)
+				continue
+			}
+			err = aerr
+			ln.Close()
+			break
+		}
+		backoff = 5 * time.Millisecond
+		if !open.Add(c) {
+			c.Close()
+			continue
+		}
+		handlers.Go(func() {
+			defer open.Remove(c)
+			defer c.Close()
+			handle(ctx, c, open)
+		})
+	}
+	handlers.Wait()
+	cancel()
+	watcher.Wait()
+	return err
+}
+
+// Conns are the connections a Serve closes when its context ends.
+type Conns struct {
+	mu     sync.Mutex
+	closed bool
+	conns  map[io.Closer]struct{}
+}
+
+// Add registers c; false means Serve is closing, and c must be closed.
+func (o *Conns) Add(c io.Closer) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	o.conns[c] = struct{}{}
+	return true
+}
+
+// Remove forgets c (closed by its handler).
+func (o *Conns) Remove(c io.Closer) {
+	o.mu.Lock()
+	delete(o.conns, c)
+	o.mu.Unlock()
+}
+
+func (o *Conns) closeAll() {
+	o.mu.Lock()
+	o.closed = true
+	cs := o.conns
+	o.conns = nil
+	o.mu.Unlock()
+	for c := range cs {
+		c.Close()
+	}
+}
+
+// Relay copies between a and b both ways until both directions have
+// ended, first writing early (bytes already read from a) to b. A
+// direction that ends cleanly (EOF) half-closes its destination, so that
+// a peer that shuts down its writing still reads the whole answer; one
+// that fails closes both connections. Given the connections as accepted
+// and dialled (*net.TCPConn, *net.UnixConn), io.Copy splices between
+// them on Linux: the bytes do not pass through user space.
+func Relay(a, b net.Conn, early []byte) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var err error
+		if len(early) > 0 {
+			_, err = b.Write(early)
+		}
+		if err == nil {
+			_, err = io.Copy(b, a)
+		}
+		if err != nil {
+			a.Close()
+			b.Close()
+			return
+		}
+		CloseWrite(b)
+	})
+	if _, err := io.Copy(a, b); err != nil {
+		a.Close()
+		b.Close()
+	} else {
+		CloseWrite(a)
+	}
+	wg.Wait()
+}
+
+// CloseWrite shuts down c's writing side, if it has one to shut.
+func CloseWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+}
