@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -514,9 +515,24 @@ func (r *Runtime) Remove(ctx context.Context, uid string) error {
 	if err != nil {
 		return err
 	}
+	var volumes []string
 	for _, c := range cs {
+		// The image's volumes: a container made by a refresh mounts
+		// them by name, and Docker removes only anonymous ones with it.
+		if ins, err := r.cli.ContainerInspect(ctx, c.ID); err == nil {
+			for _, m := range ins.Mounts {
+				if m.Type == mount.TypeVolume && m.Name != "" {
+					volumes = append(volumes, m.Name)
+				}
+			}
+		}
 		if err := r.RemoveContainer(ctx, c.ID); err != nil {
 			return err
+		}
+	}
+	for _, v := range volumes {
+		if err := r.cli.VolumeRemove(ctx, v, false); err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
+			r.log.Warn("remove a sandbox's volume", "volume", v, "uid", uid, "err", err)
 		}
 	}
 	return r.removeImages(ctx, uid)

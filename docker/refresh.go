@@ -2,7 +2,12 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +16,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
 
 	"shoal"
 )
@@ -73,8 +79,9 @@ func (r *Runtime) Refresh(ctx context.Context, id string, s shoal.ContainerSpec)
 	if !envStale(old.Config.Env, imageEnv, s.Env) {
 		return id, nil
 	}
-	// A refresh cut short earlier may have left a container: only the
-	// one recorded (id) is the sandbox's.
+	// A refresh cut short earlier may have left a container, and images
+	// no container uses: only the container recorded (id) and its image
+	// are the sandbox's.
 	others, err := r.byUID(ctx, s.UID)
 	if err != nil {
 		return "", err
@@ -86,23 +93,98 @@ func (r *Runtime) Refresh(ctx context.Context, id string, s shoal.ContainerSpec)
 			}
 		}
 	}
-	commit, err := r.cli.ContainerCommit(ctx, id, container.CommitOptions{
-		Comment: fmt.Sprintf("shoal: the files of sandbox %s/%s (uid %s), for a start with a new environment", s.Workspace, s.Name, s.UID),
-		Config:  &container.Config{Env: blankedEnv(old.Config.Env, imageEnv)},
-	})
+	if err := r.removeImages(ctx, s.UID); err != nil {
+		return "", err
+	}
+	var imageID string
+	if len(img.RootFS.Layers) >= MaxRefreshLayers {
+		imageID, err = r.flatten(ctx, id, old.Config.Labels, blankedEnv(old.Config.Env, imageEnv))
+	} else {
+		var commit container.CommitResponse
+		commit, err = r.cli.ContainerCommit(ctx, id, container.CommitOptions{
+			Comment: fmt.Sprintf("shoal: the files of sandbox %s/%s (uid %s), for a start with a new environment", s.Workspace, s.Name, s.UID),
+			Config:  &container.Config{Env: blankedEnv(old.Config.Env, imageEnv)},
+		})
+		imageID = commit.ID
+	}
 	if err != nil {
 		return "", r.unreachable(fmt.Errorf("commit container %s: %w", id[:min(12, len(id))], err))
 	}
 	cfg := *old.Config
-	cfg.Image = commit.ID
+	cfg.Image = imageID
 	cfg.Env = s.Env
+	// The image's volumes (VOLUME) are not in a commit: the new container
+	// mounts the old one's, which outlive it (a volume in use is not
+	// removed with a container) and go with the sandbox (Remove).
+	host := *old.HostConfig
+	host.Mounts = slices.Clone(host.Mounts)
+	for _, m := range old.Mounts {
+		mounted := slices.ContainsFunc(host.Mounts, func(h mount.Mount) bool { return h.Target == m.Destination })
+		if m.Type == mount.TypeVolume && m.Name != "" && !mounted { // (an earlier refresh's are in host.Mounts)
+			host.Mounts = append(host.Mounts, mount.Mount{Type: mount.TypeVolume, Source: m.Name, Target: m.Destination})
+		}
+	}
 	name := ContainerName(s.Workspace, s.Name, s.UID) + "-" + strconv.FormatInt(time.Now().UnixMilli(), 36)
-	created, err := r.cli.ContainerCreate(ctx, &cfg, old.HostConfig, nil, nil, name)
+	created, err := r.cli.ContainerCreate(ctx, &cfg, &host, nil, nil, name)
 	if err != nil {
-		r.removeImage(ctx, commit.ID)
+		r.removeImage(ctx, imageID)
 		return "", r.unreachable(fmt.Errorf("create the refreshed container of %s: %w", id[:min(12, len(id))], err))
 	}
 	return created.ID, nil
+}
+
+// MaxRefreshLayers: a refresh of a container whose image has this many
+// layers flattens its files into an image of one layer (docker export and
+// import) instead of adding a layer (docker commit): Docker refuses a
+// commit past 125 layers, and every refresh that wrote files adds one.
+var MaxRefreshLayers = 100
+
+// flatten makes an image of one layer from a stopped container's whole
+// filesystem (docker export, docker import), with its labels and env.
+func (r *Runtime) flatten(ctx context.Context, id string, labels map[string]string, env []string) (string, error) {
+	rc, err := r.cli.ContainerExport(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	var changes []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		changes = append(changes, fmt.Sprintf("LABEL %s=%s", k, strconv.Quote(labels[k])))
+	}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		changes = append(changes, fmt.Sprintf("ENV %s=%s", k, strconv.Quote(v)))
+	}
+	out, err := r.cli.ImageImport(ctx, image.ImportSource{Source: rc, SourceName: "-"}, "", image.ImportOptions{
+		Message: "shoal: the files of a sandbox, flattened", Changes: changes})
+	if err != nil {
+		return "", err
+	}
+	defer out.Close()
+	// The answer is a stream of JSON messages; the last names the image.
+	dec := json.NewDecoder(out)
+	var imageID string
+	for {
+		var m struct {
+			Status string `json:"status"`
+			Error  string `json:"error"`
+		}
+		if err := dec.Decode(&m); err == io.EOF {
+			break
+		} else if err != nil {
+			return "", fmt.Errorf("import: %w", err)
+		}
+		if m.Error != "" {
+			return "", fmt.Errorf("import: %s", m.Error)
+		}
+		if strings.HasPrefix(m.Status, "sha256:") {
+			imageID = m.Status
+		}
+	}
+	if imageID == "" {
+		return "", errors.New("import: the engine named no image")
+	}
+	return imageID, nil
 }
 
 // envStale reports whether a container's environment (have: what Docker
