@@ -14,11 +14,13 @@ import (
 // Server's interceptors under their own method names, authorized as their
 // twins (Config.Twins).
 
-// ListAllSandboxes lists the sandboxes of a workspace ("": every
+// ListSandboxRecords lists the sandboxes of a workspace ("": every
 // workspace) whose labels match selector (ListSandboxesRequest's syntax),
-// decoded, in key order, at one revision: one read, from the watch cache
-// where there is one, as one page of ListSandboxes is.
-func (s *Server) ListAllSandboxes(ctx context.Context, workspace, selector string) ([]*shoalv1.Sandbox, error) {
+// not decoded (store.Record), in key order, at one revision: one read,
+// from the watch cache where there is one, as one page of ListSandboxes
+// is. The caller orders them, decodes the ones it returns and sends them
+// encoded (SetEncoded).
+func (s *Server) ListSandboxRecords(ctx context.Context, workspace, selector string) ([]store.Record[*shoalv1.Sandbox], error) {
 	if err := validWorkspace("workspace", workspace); err != nil {
 		return nil, err
 	}
@@ -26,9 +28,11 @@ func (s *Server) ListAllSandboxes(ctx context.Context, workspace, selector strin
 	if err != nil {
 		return nil, err
 	}
-	page, err := s.cfg.Store.ListSandboxes(ctx, workspace, store.ListOptions{}, func(sb *shoalv1.Sandbox) bool {
-		return sel.matches(sb.GetMeta().GetLabels())
-	})
+	var keep func(*shoalv1.Sandbox) bool // no selector: no record's labels are read
+	if len(sel) > 0 {
+		keep = func(sb *shoalv1.Sandbox) bool { return sel.matches(sb.GetMeta().GetLabels()) }
+	}
+	page, err := s.cfg.Store.ListSandboxRecords(ctx, workspace, keep)
 	return page.Items, err
 }
 
