@@ -3,6 +3,7 @@ package openshellapi
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
 
 	"google.golang.org/grpc/codes"
@@ -92,26 +93,41 @@ var wire = proto.MarshalOptions{Deterministic: true}
 
 func encodeSandbox(sb *shoalv1.Sandbox) ([]byte, error) { return wire.Marshal(sandboxOf(sb)) }
 
-// sandboxPage is page for sandbox records: sorted by what their index
-// says, and only the page's records encoded (or their encodings reused).
-func sandboxPage(recs []store.Record[*shoalv1.Sandbox], limit, offset uint32) ([][]byte, error) {
-	type keyed struct {
-		ms  int64
-		rec *store.Record[*shoalv1.Sandbox]
-	}
-	sorted := make([]keyed, len(recs))
-	for i := range recs {
-		sorted[i] = keyed{recs[i].CreatedAt().UnixMilli(), &recs[i]}
-	}
-	lo, hi := window(len(sorted), limit, offset)
-	sorted = first(sorted, hi, func(a, b keyed) int {
+// sandboxPage gathers the page of sandbox records given to its add
+// (limit and offset as page's), ordered by what their index says, and
+// encodes only the page's records (or reuses their encodings).
+type sandboxPage struct {
+	lo    int
+	least least[keyedRecord]
+}
+
+type keyedRecord struct {
+	ms  int64 // created_at in ms, the first key of the order
+	rec store.Record[*shoalv1.Sandbox]
+}
+
+func newSandboxPage(limit, offset uint32) *sandboxPage {
+	lo, hi := window(math.MaxInt, limit, offset)
+	return &sandboxPage{lo: lo, least: least[keyedRecord]{k: hi, c: func(a, b keyedRecord) int {
 		if a.ms != b.ms {
 			return cmp.Compare(a.ms, b.ms)
 		}
 		return order(a.ms, a.rec.Workspace(), a.rec.Name(), b.ms, b.rec.Workspace(), b.rec.Name())
-	})
-	out := make([][]byte, 0, hi-lo)
-	for _, k := range sorted[lo:hi] {
+	}}}
+}
+
+func (p *sandboxPage) add(r store.Record[*shoalv1.Sandbox]) {
+	p.least.add(keyedRecord{r.CreatedAt().UnixMilli(), r})
+}
+
+// encoded is the page's sandboxes, encoded.
+func (p *sandboxPage) encoded() ([][]byte, error) {
+	sorted := p.least.sorted()
+	if p.lo >= len(sorted) {
+		return nil, nil
+	}
+	out := make([][]byte, 0, len(sorted)-p.lo)
+	for _, k := range sorted[p.lo:] {
 		b, err := k.rec.Derived(sandboxEncoding, encodeSandbox)
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "sandbox %q in workspace %q: %v", k.rec.Name(), k.rec.Workspace(), err)
@@ -121,41 +137,60 @@ func sandboxPage(recs []store.Record[*shoalv1.Sandbox], limit, offset uint32) ([
 	return out, nil
 }
 
-// first returns the k least of items by c, sorted (reordering items). For
-// a page near the start of a long list it keeps the k least seen so far
-// in a max-heap: an item that is not among them costs one comparison,
-// where sorting the whole list costs about log₂ n each.
-func first[E any](items []E, k int, c func(a, b E) int) []E {
-	if k >= len(items) {
-		slices.SortFunc(items, c)
-		return items
+// least keeps the k least of the items added by c: a page of offset+limit
+// items of a long list. Once it holds k it makes them a max-heap, so that
+// an item that is not among them costs one comparison and is not kept,
+// where sorting the whole list would keep all and cost about log₂ n
+// comparisons each. Until then (and for a page that reaches the list's
+// end) it only appends: the sort at the end is all the work.
+type least[E any] struct {
+	k    int
+	c    func(a, b E) int
+	h    []E
+	heap bool
+}
+
+func (l *least[E]) add(e E) {
+	if len(l.h) < l.k {
+		l.h = append(l.h, e)
+		return
 	}
-	h := items[:k]
-	down := func(i int) {
-		for {
-			l := 2*i + 1
-			if l >= k {
-				return
-			}
-			if r := l + 1; r < k && c(h[r], h[l]) > 0 {
-				l = r
-			}
-			if c(h[l], h[i]) <= 0 {
-				return
-			}
-			h[i], h[l] = h[l], h[i]
-			i = l
+	if l.k == 0 {
+		return
+	}
+	if !l.heap {
+		for i := len(l.h)/2 - 1; i >= 0; i-- {
+			l.down(i)
 		}
+		l.heap = true
 	}
-	for i := k/2 - 1; i >= 0; i-- {
-		down(i)
+	if l.c(e, l.h[0]) < 0 {
+		l.h[0] = e
+		l.down(0)
 	}
-	for i := k; i < len(items) && k > 0; i++ {
-		if c(items[i], h[0]) < 0 {
-			h[0], items[i] = items[i], h[0]
-			down(0)
+}
+
+// down sifts h[i] down the max-heap.
+func (l *least[E]) down(i int) {
+	h := l.h
+	for {
+		big := 2*i + 1
+		if big >= len(h) {
+			return
 		}
+		if r := big + 1; r < len(h) && l.c(h[r], h[big]) > 0 {
+			big = r
+		}
+		if l.c(h[big], h[i]) <= 0 {
+			return
+		}
+		h[i], h[big] = h[big], h[i]
+		i = big
 	}
-	slices.SortFunc(h, c)
-	return h
+}
+
+// sorted is the items kept, least first (the heap is spent).
+func (l *least[E]) sorted() []E {
+	slices.SortFunc(l.h, l.c)
+	return l.h
 }

@@ -111,11 +111,11 @@ func (s *Server) ListSandboxes(ctx context.Context, req *openshellv1.ListSandbox
 	if err != nil {
 		return nil, grpcError(err, false)
 	}
-	recs, err := s.api.ListSandboxRecords(ctx, w, req.LabelSelector)
-	if err != nil {
+	p := newSandboxPage(req.Limit, req.Offset)
+	if err := s.api.EachSandboxRecord(ctx, w, req.LabelSelector, p.add); err != nil {
 		return nil, grpcError(err, false)
 	}
-	items, err := sandboxPage(recs, req.Limit, req.Offset)
+	items, err := p.encoded()
 	if err != nil {
 		return nil, err
 	}

@@ -52,14 +52,23 @@ type derived struct {
 	b  []byte
 }
 
-// ListSandboxRecords lists, as ListSandboxes with no limit does (at one
+// EachSandboxRecord lists, as ListSandboxes with no limit does (at one
 // revision, from the watch cache where it can), the sandboxes of a
-// workspace ("" for all) that match keep, as Records in key order.
-func (s *Store) ListSandboxRecords(ctx context.Context, ws string, keep func(*shoalv1.Sandbox) bool) (Page[Record[*shoalv1.Sandbox]], error) {
-	return list(ctx, s, sandboxCodec, s.sandboxPrefix(ws), ListOptions{}, keep, recordOf[*shoalv1.Sandbox])
+// workspace ("" for all) that match keep, and calls each with each one's
+// Record, in key order, rather than making a list of them: a caller that
+// keeps a page of them keeps only the page. The page it returns has no
+// items: its revision and warnings.
+func (s *Store) EachSandboxRecord(ctx context.Context, ws string, keep func(*shoalv1.Sandbox) bool, each func(Record[*shoalv1.Sandbox])) (Page[struct{}], error) {
+	page, err := list(ctx, s, sandboxCodec, s.sandboxPrefix(ws), ListOptions{}, keep,
+		func(key string, raw []byte, rev int64, obj *shoalv1.Sandbox, cached *record) struct{} {
+			each(recordOf(key, raw, rev, obj, cached))
+			return struct{}{}
+		})
+	page.Items = nil
+	return page, err
 }
 
-// recordOf is list's item for ListSandboxRecords.
+// recordOf is the Record of a listed record (list's itemFunc).
 func recordOf[T object](key string, raw []byte, rev int64, obj T, cached *record) Record[T] {
 	if cached != nil {
 		return Record[T]{key: key, rec: cached}

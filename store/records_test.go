@@ -14,7 +14,7 @@ import (
 	"shoal/store"
 )
 
-// ListSandboxRecords from the watch cache and from etcd: the records'
+// EachSandboxRecord from the watch cache and from etcd: the records'
 // creation times and objects are the sandboxes', and a record's derived
 // encoding is made once per version of the record: kept while it is
 // unchanged, made again when it changes, gone with it, one per record at
@@ -63,12 +63,8 @@ func TestSandboxRecords(t *testing.T) {
 	// against the sandbox, and returns each record's derived encoding.
 	list := func(st *store.Store, keep func(*shoalv1.Sandbox) bool) map[string][]byte {
 		t.Helper()
-		page, err := st.ListSandboxRecords(ctx, "default", keep)
-		if err != nil {
-			t.Fatal(err)
-		}
 		out := map[string][]byte{}
-		for _, r := range page.Items {
+		for _, r := range records(t, ctx, st, keep) {
 			want, err := s.GetSandbox(ctx, "default", r.Name())
 			if err != nil {
 				t.Fatal(err)
@@ -123,11 +119,7 @@ func TestSandboxRecords(t *testing.T) {
 	encodesOf("after an update", func() { list(s, nil) }, 1) // list checks it is the new version's
 
 	encodesOf("another derivation", func() {
-		page, err := s.ListSandboxRecords(ctx, "default", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, r := range page.Items {
+		for _, r := range records(t, ctx, s, nil) {
 			if _, err := r.Derived(store.NewDerivation("other"), encode); err != nil {
 				t.Fatal(err)
 			}
@@ -151,4 +143,20 @@ func TestSandboxRecords(t *testing.T) {
 	// From etcd: the same records; nothing is kept.
 	encodesOf("from etcd", func() { list(uncached, nil) }, n-2)
 	encodesOf("from etcd again", func() { list(uncached, nil) }, n-2)
+}
+
+// records are the records EachSandboxRecord gives of the default
+// workspace, which must be in key order.
+func records(t *testing.T, ctx context.Context, st *store.Store, keep func(*shoalv1.Sandbox) bool) []store.Record[*shoalv1.Sandbox] {
+	t.Helper()
+	var out []store.Record[*shoalv1.Sandbox]
+	if _, err := st.EachSandboxRecord(ctx, "default", keep, func(r store.Record[*shoalv1.Sandbox]) { out = append(out, r) }); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < len(out); i++ {
+		if out[i-1].Name() >= out[i].Name() {
+			t.Fatalf("%s given before %s: not in key order", out[i-1].Name(), out[i].Name())
+		}
+	}
+	return out
 }
