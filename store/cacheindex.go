@@ -18,7 +18,7 @@ import (
 // cached object anyway. The index is what lists, watches and placement
 // filter and count by without decoding: uid, labels, deletion, and for a
 // sandbox its node and phase; and the creation time, which a list in
-// creation order (ListSandboxRecords) sorts by.
+// creation order (EachSandboxRecord, records.go) sorts by.
 
 // index is the decoded part of a cached record. Its strings other than
 // the uid are interned (a fleet has few node names and label keys).

@@ -16,12 +16,14 @@ import (
 // keeps the last encoding derived from it (Derived), so a list answered
 // again costs no decoding, converting or encoding of the records that did
 // not change: the derived bytes belong to that version of the record and
-// go with it when the record changes or goes, so they are as many as the
-// copy's records, at most one encoding each.
+// go with it when the record changes or goes (a paged list's snapshot that
+// still holds the old version holds them until it goes, snapshotTTL at
+// most), so they are as many as the records held, one encoding each.
 
 // Record is one record of a whole list, not decoded. It is small (a list
-// of all of a fleet's records is made, sorted and mostly dropped on every
-// call): what it does not hold itself it reads from the cache's record.
+// makes one of every record it keeps, on every call, and most are
+// dropped): what it does not hold itself it reads from the cache's
+// record.
 type Record[T object] struct {
 	key string
 	obj T       // decoded, when the list read etcd
