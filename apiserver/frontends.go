@@ -14,22 +14,26 @@ import (
 // Server's interceptors under their own method names, authorized as their
 // twins (Config.Twins).
 
-// ListAllSandboxes lists the sandboxes of a workspace ("": every
+// EachSandboxRecord lists the sandboxes of a workspace ("": every
 // workspace) whose labels match selector (ListSandboxesRequest's syntax),
-// decoded, in key order, at one revision: one read, from the watch cache
-// where there is one, as one page of ListSandboxes is.
-func (s *Server) ListAllSandboxes(ctx context.Context, workspace, selector string) ([]*shoalv1.Sandbox, error) {
+// calling each with each one, not decoded (store.Record), in key order, at
+// one revision: one read, from the watch cache where there is one, as one
+// page of ListSandboxes is. The caller orders them, decodes the ones it
+// returns and sends them encoded (SetEncoded).
+func (s *Server) EachSandboxRecord(ctx context.Context, workspace, selector string, each func(store.Record[*shoalv1.Sandbox])) error {
 	if err := validWorkspace("workspace", workspace); err != nil {
-		return nil, err
+		return err
 	}
 	sel, err := parseSelector(selector)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	page, err := s.cfg.Store.ListSandboxes(ctx, workspace, store.ListOptions{}, func(sb *shoalv1.Sandbox) bool {
-		return sel.matches(sb.GetMeta().GetLabels())
-	})
-	return page.Items, err
+	var keep func(*shoalv1.Sandbox) bool // no selector: no record's labels are read
+	if len(sel) > 0 {
+		keep = func(sb *shoalv1.Sandbox) bool { return sel.matches(sb.GetMeta().GetLabels()) }
+	}
+	_, err = s.cfg.Store.EachSandboxRecord(ctx, workspace, keep, each)
+	return err
 }
 
 // ListAllProviders lists the providers of a workspace ("": every

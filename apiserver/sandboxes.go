@@ -3,12 +3,14 @@ package apiserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
@@ -221,7 +223,7 @@ func (s *Server) GetSandbox(ctx context.Context, req *shoalv1.GetSandboxRequest)
 }
 
 // ListSandboxes sends each item as the watch cache holds it, not decoded
-// and encoded again (store.ListSandboxesEncoded, withEncodedItems): a
+// and encoded again (store.ListSandboxesEncoded, SetEncoded): a
 // client decodes them as the response's items; a caller in process gets
 // them still encoded, and decodes the response as a client would.
 func (s *Server) ListSandboxes(ctx context.Context, req *shoalv1.ListSandboxesRequest) (*shoalv1.ListSandboxesResponse, error) {
@@ -251,17 +253,23 @@ func (s *Server) ListSandboxes(ctx context.Context, req *shoalv1.ListSandboxesRe
 		return nil, err
 	}
 	resp := &shoalv1.ListSandboxesResponse{NextPageToken: next, ResourceVersion: page.Revision, Warnings: page.Warnings}
-	withEncodedItems(resp, page.Items)
+	SetEncoded(resp, "items", page.Items)
 	return resp, nil
 }
 
-// withEncodedItems puts a list's items, encoded, into its response: as
-// the response's unrecognized fields, which a marshal copies as they are,
-// each an occurrence of the items field, so that whoever decodes the
-// response gets them as its items. Its Items stays empty.
-func withEncodedItems(resp proto.Message, items [][]byte) {
+// SetEncoded puts a list's items, encoded, into its response, as its
+// repeated message field named field: as the response's unrecognized
+// fields, which a marshal copies as they are, each an occurrence of that
+// field, so that whoever decodes the response gets them as its items.
+// The field itself stays empty. shoal.v1's lists and the front ends'
+// (package openshellapi) send the watch cache's bytes through it.
+func SetEncoded(resp proto.Message, field protoreflect.Name, items [][]byte) {
 	m := resp.ProtoReflect()
-	num := m.Descriptor().Fields().ByName("items").Number()
+	fd := m.Descriptor().Fields().ByName(field)
+	if fd == nil || !fd.IsList() || fd.Message() == nil {
+		panic(fmt.Sprintf("apiserver: %s has no repeated message field %s", m.Descriptor().FullName(), field))
+	}
+	num := fd.Number()
 	size := 0
 	for _, it := range items {
 		size += protowire.SizeTag(num) + protowire.SizeBytes(len(it))

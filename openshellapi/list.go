@@ -3,15 +3,24 @@ package openshellapi
 import (
 	"cmp"
 	"context"
+	"math"
 	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"shoal"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/store"
 )
 
 // OpenShell's lists page by limit and offset over the whole list, oldest
 // first. shoal reads the whole (workspace's) list at one revision, as one
-// page of its own list (one read), and cuts the page out of it.
+// page of its own list (one read), and cuts the page out of it. A sandbox
+// list does so without decoding the list (store.Record: the watch cache's
+// index holds the creation time), and sends the page's sandboxes in the
+// OpenShell encoding the cache keeps for each record.
 const (
 	DefaultListLimit = 100
 	MaxListLimit     = 1000
@@ -36,28 +45,152 @@ func (s *Server) scope(ctx context.Context, workspace string, all bool) (string,
 	return "", nil
 }
 
-// page sorts shoal's items by creation time (to the millisecond, as
-// OpenShell's created_at_ms), then workspace and name, and returns the
-// limit (0: DefaultListLimit, at most MaxListLimit) items from offset,
+// order is OpenShell's list order: creation time (to the millisecond, as
+// OpenShell's created_at_ms), then workspace, then name.
+func order(aMs int64, aWs, aName string, bMs int64, bWs, bName string) int {
+	if c := cmp.Compare(aMs, bMs); c != 0 {
+		return c // most comparisons end here: compare no string
+	}
+	return cmp.Or(cmp.Compare(ws(aWs), ws(bWs)), cmp.Compare(aName, bName))
+}
+
+// window is where the page of limit (0: DefaultListLimit, at most
+// MaxListLimit) items from offset lies in a sorted list of n: [lo, hi),
+// empty past the end.
+func window(n int, limit, offset uint32) (lo, hi int) {
+	size := int(limit)
+	if size == 0 {
+		size = DefaultListLimit
+	}
+	size = min(size, MaxListLimit)
+	lo = min(int(offset), n)
+	return lo, min(n, lo+size)
+}
+
+// page sorts shoal's items in list order and returns the page's items
 // converted: only the page's items are converted.
 func page[T interface{ GetMeta() *shoalv1.ObjectMeta }, O any](items []T, convert func(T) O, limit, offset uint32) []O {
 	slices.SortStableFunc(items, func(a, b T) int {
 		ma, mb := a.GetMeta(), b.GetMeta()
-		return cmp.Or(cmp.Compare(millis(ma.GetCreatedAt()), millis(mb.GetCreatedAt())),
-			cmp.Compare(ws(ma.GetWorkspace()), ws(mb.GetWorkspace())), cmp.Compare(ma.GetName(), mb.GetName()))
+		return order(millis(ma.GetCreatedAt()), ma.GetWorkspace(), ma.GetName(), millis(mb.GetCreatedAt()), mb.GetWorkspace(), mb.GetName())
 	})
-	n := int(limit)
-	if n == 0 {
-		n = DefaultListLimit
-	}
-	n = min(n, MaxListLimit)
-	if int(offset) >= len(items) {
-		return nil
-	}
-	items = items[offset:min(len(items), int(offset)+n)]
-	out := make([]O, len(items))
-	for i, it := range items {
-		out[i] = convert(it)
+	lo, hi := window(len(items), limit, offset)
+	out := make([]O, 0, hi-lo)
+	for _, it := range items[lo:hi] {
+		out = append(out, convert(it))
 	}
 	return out
+}
+
+// sandboxEncoding is the OpenShell encoding of a sandbox (sandboxOf,
+// marshalled) that the watch cache keeps beside each record once a list
+// has sent it (store.Record.Derived): a list sent again encodes only the
+// records that changed. A sandbox record holds no credential, and
+// sandboxOf copies only its meta, spec and status.
+var sandboxEncoding = store.NewDerivation("openshell.v1.Sandbox")
+
+var wire = proto.MarshalOptions{Deterministic: true}
+
+func encodeSandbox(sb *shoalv1.Sandbox) ([]byte, error) { return wire.Marshal(sandboxOf(sb)) }
+
+// sandboxPage gathers the page of sandbox records given to its add
+// (limit and offset as page's), ordered by what their index says, and
+// encodes only the page's records (or reuses their encodings).
+type sandboxPage struct {
+	lo    int
+	least least[keyedRecord]
+}
+
+type keyedRecord struct {
+	ms  int64 // created_at in ms, the first key of the order
+	rec store.Record[*shoalv1.Sandbox]
+}
+
+func newSandboxPage(limit, offset uint32) *sandboxPage {
+	lo, hi := window(math.MaxInt, limit, offset)
+	return &sandboxPage{lo: lo, least: least[keyedRecord]{k: hi, c: func(a, b keyedRecord) int {
+		if a.ms != b.ms {
+			return cmp.Compare(a.ms, b.ms)
+		}
+		return order(a.ms, a.rec.Workspace(), a.rec.Name(), b.ms, b.rec.Workspace(), b.rec.Name())
+	}}}
+}
+
+func (p *sandboxPage) add(r store.Record[*shoalv1.Sandbox]) {
+	p.least.add(keyedRecord{r.CreatedAt().UnixMilli(), r})
+}
+
+// encoded is the page's sandboxes, encoded.
+func (p *sandboxPage) encoded() ([][]byte, error) {
+	sorted := p.least.sorted()
+	if p.lo >= len(sorted) {
+		return nil, nil
+	}
+	out := make([][]byte, 0, len(sorted)-p.lo)
+	for _, k := range sorted[p.lo:] {
+		b, err := k.rec.Derived(sandboxEncoding, encodeSandbox)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "sandbox %q in workspace %q: %v", k.rec.Name(), k.rec.Workspace(), err)
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
+// least keeps the k least of the items added by c: a page of offset+limit
+// items of a long list. Once it holds k it makes them a max-heap, so that
+// an item that is not among them costs one comparison and is not kept,
+// where sorting the whole list would keep all and cost about log₂ n
+// comparisons each. Until then (and for a page that reaches the list's
+// end) it only appends: the sort at the end is all the work.
+type least[E any] struct {
+	k    int
+	c    func(a, b E) int
+	h    []E
+	heap bool
+}
+
+func (l *least[E]) add(e E) {
+	if len(l.h) < l.k {
+		l.h = append(l.h, e)
+		return
+	}
+	if l.k == 0 {
+		return
+	}
+	if !l.heap {
+		for i := len(l.h)/2 - 1; i >= 0; i-- {
+			l.down(i)
+		}
+		l.heap = true
+	}
+	if l.c(e, l.h[0]) < 0 {
+		l.h[0] = e
+		l.down(0)
+	}
+}
+
+// down sifts h[i] down the max-heap.
+func (l *least[E]) down(i int) {
+	h := l.h
+	for {
+		big := 2*i + 1
+		if big >= len(h) {
+			return
+		}
+		if r := big + 1; r < len(h) && l.c(h[r], h[big]) > 0 {
+			big = r
+		}
+		if l.c(h[big], h[i]) <= 0 {
+			return
+		}
+		h[i], h[big] = h[big], h[i]
+		i = big
+	}
+}
+
+// sorted is the items kept, least first (the heap is spent).
+func (l *least[E]) sorted() []E {
+	slices.SortFunc(l.h, l.c)
+	return l.h
 }

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	openshellv1 "shoal/api/openshell/v1"
+	shoalv1 "shoal/api/shoal/v1"
 )
 
 // Offset paging over 250 sandboxes: pages of limit in creation order, no
@@ -94,4 +96,33 @@ func TestListPaging(t *testing.T) {
 	pl, err := c.os[0].ListProviders(ctx, &openshellv1.ListProvidersRequest{AllWorkspaces: true, Workspace: "x"})
 	wantCode(t, "providers: all_workspaces with a workspace", err, codes.InvalidArgument, "all_workspaces")
 	_ = pl
+
+	// A list sends each sandbox as GetSandbox does (a node keeps the
+	// encoding it sent with each record), and one that changed as it is
+	// now: the kept encoding goes with the version it was made of.
+	for round := range 2 {
+		for i := range c.os {
+			r, err := c.os[i].ListSandboxes(ctx, &openshellv1.ListSandboxesRequest{Limit: 5, Offset: 10})
+			if err != nil || len(r.Sandboxes) != 5 {
+				t.Fatalf("round %d, node %d: %d sandboxes, %v", round, i, len(r.GetSandboxes()), err)
+			}
+			for _, sb := range r.Sandboxes {
+				if round == 1 && sb.Metadata.Labels["round"] != "1" {
+					t.Fatalf("node %d listed %s as it was before its update: %v", i, sb.Metadata.Name, sb.Metadata)
+				}
+				g, err := c.os[i].GetSandbox(ctx, &openshellv1.GetSandboxRequest{Name: sb.Metadata.Name})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g.Sandbox.Metadata.ResourceVersion == sb.Metadata.ResourceVersion && !proto.Equal(g.Sandbox, sb) {
+					t.Fatalf("node %d: listed %v\nget %v", i, sb, g.Sandbox)
+				}
+				if round == 0 && i == 0 {
+					if _, err := c.nodes[0].Client.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: sb.Metadata.Name, SetLabels: map[string]string{"round": "1"}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
+	}
 }

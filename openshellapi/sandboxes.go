@@ -8,6 +8,7 @@ import (
 	datamodelv1 "shoal/api/openshell/datamodel/v1"
 	openshellv1 "shoal/api/openshell/v1"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/apiserver"
 )
 
 // Where shoal's validation names a field of its own request, the error
@@ -110,11 +111,19 @@ func (s *Server) ListSandboxes(ctx context.Context, req *openshellv1.ListSandbox
 	if err != nil {
 		return nil, grpcError(err, false)
 	}
-	all, err := s.api.ListAllSandboxes(ctx, w, req.LabelSelector)
-	if err != nil {
+	p := newSandboxPage(req.Limit, req.Offset)
+	if err := s.api.EachSandboxRecord(ctx, w, req.LabelSelector, p.add); err != nil {
 		return nil, grpcError(err, false)
 	}
-	return &openshellv1.ListSandboxesResponse{Sandboxes: page(all, sandboxOf, req.Limit, req.Offset)}, nil
+	items, err := p.encoded()
+	if err != nil {
+		return nil, err
+	}
+	// As shoal.v1's list does: a client decodes them as the response's
+	// sandboxes; a caller in process gets them still encoded.
+	resp := &openshellv1.ListSandboxesResponse{}
+	apiserver.SetEncoded(resp, "sandboxes", items)
+	return resp, nil
 }
 
 // DeleteSandbox records shoal's durable deletion intent and answers

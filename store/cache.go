@@ -244,6 +244,9 @@ type record struct {
 	rev int64
 	err error
 	ix  index // unset if err is
+	// derived is an encoding made of this version of the record
+	// (Record.Derived, records.go): it goes with the record.
+	derived atomic.Pointer[derived]
 }
 
 func entryLess[T object](a, b entry[T]) bool { return a.key < b.key }

@@ -17,7 +17,8 @@ import (
 // the fleet, while reads return only some of them and had to clone the
 // cached object anyway. The index is what lists, watches and placement
 // filter and count by without decoding: uid, labels, deletion, and for a
-// sandbox its node and phase.
+// sandbox its node and phase; and the creation time, which a list in
+// creation order (EachSandboxRecord, records.go) sorts by.
 
 // index is the decoded part of a cached record. Its strings other than
 // the uid are interned (a fleet has few node names and label keys).
@@ -29,6 +30,9 @@ type index struct {
 	node       string                 // sandbox spec.node
 	statusNode string                 // sandbox status.node
 	phase      shoalv1.SandboxPhase
+	// meta.created_at, as Unix seconds and nanoseconds (0, 0 if unset).
+	createdNanos int32
+	createdSec   int64
 }
 
 // owner is NodeOf on the index.
@@ -50,6 +54,9 @@ func intern(s string) string {
 func indexOf[T object](obj T) index {
 	m := obj.GetMeta()
 	ix := index{uid: m.GetUid(), deleted: m.GetDeletionTimestamp()}
+	if c := m.GetCreatedAt(); c != nil {
+		ix.createdSec, ix.createdNanos = c.GetSeconds(), c.GetNanos()
+	}
 	if l := m.GetLabels(); len(l) > 0 {
 		keys := make([]string, 0, len(l))
 		for k := range l {
@@ -122,5 +129,5 @@ func newEntry[T object](c codec[T], kv *mvccpb.KeyValue) (entry[T], T) {
 // decodes again: the bytes are the same) at revision rev.
 func (e *entry[T]) object(c codec[T], rev int64) T {
 	var none T
-	return c.decoded(e.key, e.raw, rev, none)
+	return c.decoded(e.key, e.raw, rev, none, nil)
 }

@@ -102,7 +102,7 @@ func IsName(s string) bool {
 // decoded is a record that decoded before (a list's item, a cached
 // record) as an object: obj if the caller has it decoded, else its bytes
 // decoded again, a fresh object the reader may change.
-func (c codec[T]) decoded(key string, raw []byte, rev int64, obj T) T {
+func (c codec[T]) decoded(key string, raw []byte, rev int64, obj T, _ *record) T {
 	var none T
 	if obj != none {
 		return obj
@@ -120,7 +120,7 @@ func (c codec[T]) decoded(key string, raw []byte, rev int64, obj T) T {
 // second meta holding only rev. A decoder merges a message field that
 // occurs twice, and of a scalar keeps the last, so the two decode to the
 // same object: its meta, with the resource version rev.
-func (c codec[T]) encoded(_ string, raw []byte, rev int64, _ T) []byte {
+func (c codec[T]) encoded(_ string, raw []byte, rev int64, _ T, _ *record) []byte {
 	b := make([]byte, 0, len(raw)+2+1+protowire.SizeVarint(uint64(rev)))
 	b = append(b, raw...)
 	b = protowire.AppendTag(b, metaField, protowire.BytesType)

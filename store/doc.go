@@ -86,7 +86,10 @@
 // from a read. Client watches are served from the copy's event log, so any
 // number of them cost no etcd watch of their own. The copy feeds a
 // placement.Tally, so placement counts a node's sandboxes from it instead
-// of reading every slot key.
+// of reading every slot key. A front end's list in another order and
+// encoding (EachSandboxRecord, records.go) sorts on the copy's index and
+// keeps, with each version of a record it sends, the encoding it made of
+// it, which goes with that version.
 //
 // # Placement
 //

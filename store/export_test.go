@@ -78,3 +78,19 @@ func ParseLostForFuzz(v []byte) error {
 	_, err := parseLost(v)
 	return err
 }
+
+// DerivedForTest counts the sandbox records of the watch cache's copy that
+// keep a derived encoding (Record.Derived), and the records it holds.
+func (s *Store) DerivedForTest() (derived, records int) {
+	k := s.cache.sandboxes
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	k.tree.Ascend(func(e entry[*shoalv1.Sandbox]) bool {
+		if e.derived.Load() != nil {
+			derived++
+		}
+		records++
+		return true
+	})
+	return derived, records
+}

@@ -78,9 +78,10 @@ func (s *Store) ListProviders(ctx context.Context, ws string, o ListOptions, kee
 const listBatch = 500
 
 // An itemFunc makes a list's item of a record it keeps, a record that
-// decodes: of its key, stored bytes and revision, and of the object
-// decoded, when the list had to decode it anyway (else the zero T).
-type itemFunc[T object, I any] func(key string, raw []byte, rev int64, obj T) I
+// decodes: of its key, stored bytes and revision, of the object decoded,
+// when the list had to decode it anyway (else the zero T), and of the
+// watch cache's record, when the cache served the list (else nil).
+type itemFunc[T object, I any] func(key string, raw []byte, rev int64, obj T, cached *record) I
 
 // list reads keys of prefix only: a continuation key outside it is refused,
 // so no caller can make a list decode another kind's records. A record
@@ -145,7 +146,7 @@ func list[T object, I any](ctx context.Context, s *Store, c codec[T], prefix str
 				page.Next = &ListOptions{Limit: o.Limit, MaxBytes: o.MaxBytes, After: last, Revision: rev}
 				return page, nil
 			}
-			page.Items = append(page.Items, item(string(kv.Key), kv.Value, kv.ModRevision, obj))
+			page.Items = append(page.Items, item(string(kv.Key), kv.Value, kv.ModRevision, obj, nil))
 			size += len(kv.Value)
 			last = string(kv.Key)
 		}
@@ -193,7 +194,7 @@ func listCached[T object, I any](ctx context.Context, k *kindCache[T], prefix, s
 			return false
 		}
 		var none T // not decoded: only the index was read
-		page.Items = append(page.Items, item(e.key, e.raw, e.rev, none))
+		page.Items = append(page.Items, item(e.key, e.raw, e.rev, none, e.record))
 		size += len(e.raw)
 		last = e.key
 		return true
