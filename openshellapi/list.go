@@ -127,15 +127,26 @@ func (p *sandboxPage) encoded() ([][]byte, error) {
 		return nil, nil
 	}
 	out := make([][]byte, 0, len(sorted)-p.lo)
-	for _, k := range sorted[p.lo:] {
+	size := 0
+	for i, k := range sorted[p.lo:] {
 		b, err := k.rec.Derived(sandboxEncoding, encodeSandbox)
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "sandbox %q in workspace %q: %v", k.rec.Name(), k.rec.Workspace(), err)
+		}
+		// OpenShell's list has no page token to end a page early by
+		// size, and a page cut short would read as the list's end: one
+		// that would not fit a response is refused, saying what fits.
+		if size += len(b) + 8; size > maxPageBytes {
+			return nil, status.Errorf(codes.ResourceExhausted, "limit: the first %d of these sandboxes already fill a response (%d MiB); ask for at most %d at a time", i, maxPageBytes>>20, max(i, 1))
 		}
 		out = append(out, b)
 	}
 	return out, nil
 }
+
+// maxPageBytes is the most a list answers: what a gRPC client receives by
+// default (4 MiB: OpenShell's clients keep it) less room for the framing.
+const maxPageBytes = 4<<20 - 64<<10
 
 // least keeps the k least of the items added by c: a page of offset+limit
 // items of a long list. Once it holds k it makes them a max-heap, so that

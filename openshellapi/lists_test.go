@@ -2,6 +2,7 @@ package openshellapi_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -124,5 +125,36 @@ func TestListPaging(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A page that would not fit one response is refused, saying how many do
+// (OpenShell's list has no token to end a page early, and a short page
+// would read as the list's end); a smaller limit answers.
+func TestListPageTooLargeForAResponse(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t)
+	ctx := ctxT(t, 3*time.Minute)
+	big := strings.Repeat("x", 60<<10)
+	var wg sync.WaitGroup
+	errs := make(chan error, 140)
+	for i := range 140 {
+		wg.Go(func() {
+			_, err := c.os[0].CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Name: fmt.Sprintf("big%03d", i), Annotations: map[string]string{"note": big}, Spec: &openshellv1.SandboxSpec{}})
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := c.os[1].ListSandboxes(ctx, &openshellv1.ListSandboxesRequest{Limit: 1000})
+	wantCode(t, "a list of 140 × 60 KiB", err, codes.ResourceExhausted, "limit")
+	page, err := c.os[1].ListSandboxes(ctx, &openshellv1.ListSandboxesRequest{Limit: 50})
+	if err != nil || len(page.Sandboxes) != 50 {
+		t.Fatalf("a page of 50: %d %v", len(page.GetSandboxes()), err)
 	}
 }
