@@ -238,7 +238,10 @@ func TestLeaderKilledWithDeletesPending(t *testing.T) {
 		t.Errorf("the owner's engine still has %d containers of the deleted sandboxes", len(left))
 	}
 
-	// Graceful: SIGTERM the new leader; the other node leads within 1s.
+	// Graceful: SIGTERM the new leader; the other node leads without
+	// waiting out the leader's lease (the stop resigns it). Typically
+	// under a second here; the bound is the TTL, which only an ungraceful
+	// loss waits for (CI under load once took 1.9 s).
 	next := -1
 	for i := range c.Len() {
 		if c.ID(i) == term.Node {
@@ -254,7 +257,7 @@ func TestLeaderKilledWithDeletesPending(t *testing.T) {
 	if term2.Node == term.Node || term2.Node == c.ID(leader) {
 		t.Fatalf("after the graceful stop the leader is %s", term2.Node)
 	}
-	if d := acted2.Sub(terminated); d >= time.Second {
-		t.Errorf("graceful failover took %s, want under 1s", d)
+	if d := acted2.Sub(terminated); d >= ttl {
+		t.Errorf("graceful failover took %s, want under the lease TTL %s: the stopped leader did not resign", d, ttl)
 	}
 }
