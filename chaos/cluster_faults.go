@@ -304,12 +304,24 @@ func (f *memberLoss) Heal(ctx context.Context) error {
 	// under the fence rule.
 	rctx, cancel := context.WithTimeout(ctx, clusterNodeTTL+30*time.Second)
 	defer cancel()
+	var call int64
+	if f.e.hist != nil {
+		call = f.e.hist.now()
+	}
+	var removed *shoalv1.RemoveNodeResponse
 	err = backoff.Retry(rctx, harnessRetry, func(int) error {
-		_, err := f.e.hosts.ClusterClient(j).RemoveNode(rctx, &shoalv1.RemoveNodeRequest{Name: old})
+		var err error
+		removed, err = f.e.hosts.ClusterClient(j).RemoveNode(rctx, &shoalv1.RemoveNodeRequest{Name: old})
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("node remove %s after its replacement: %w", old, err)
+	}
+	// Its sandboxes' deletions are requests like a client's delete, made
+	// while the call ran: the model must know of them (a get may see them
+	// DELETING before any client deleted them).
+	if f.e.hist != nil {
+		f.e.hist.system(f.Name(), "sandbox-delete", call, removed.GetSandboxes())
 	}
 	return nil
 }

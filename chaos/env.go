@@ -55,6 +55,10 @@ type env struct {
 	proxies map[string]*dockerproxy.Proxy
 	conns   []*swapConn // one per traffic client
 	live    *Liveness
+	// hist is the run's history: a fault that acts on sandboxes as a
+	// client would (member-loss's `node remove` deletes the lost node's
+	// sandboxes) records those acts in it, so the model knows of them.
+	hist *history
 
 	// Only for a node this run owns.
 	owned       bool

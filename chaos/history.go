@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -85,6 +86,24 @@ func (h *history) finish(op *Op, err error) {
 	h.ops = append(h.ops, *op)
 	h.mu.Unlock()
 }
+
+// system records an act of the system's that a fault caused (not a
+// client's call): its kind on the named sandboxes ("workspace/name" or
+// name), called at call, answered OK now.
+func (h *history) system(scn, kind string, call int64, names []string) {
+	ret := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range names {
+		if _, name, ok := strings.Cut(n, "/"); ok {
+			n = name
+		}
+		h.ops = append(h.ops, Op{Scenario: scn, Client: systemClient, Kind: kind, Name: n, Call: call, Return: ret, Code: codes.OK.String(), DuringFault: true})
+	}
+}
+
+// systemClient is the client id of the system's acts in a history.
+const systemClient = 1 << 20
 
 func (h *history) snapshot() []Op {
 	h.mu.Lock()

@@ -29,6 +29,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer e.close()
 	h := newHistory()
+	e.hist = h
 	per := cfg.Duration / time.Duration(len(cfg.Scenarios))
 	bar := newBar(cfg, len(cfg.Scenarios), per)
 	for i, name := range cfg.Scenarios {

@@ -108,6 +108,7 @@ func Soak(ctx context.Context, cfg Config, total time.Duration) (*SoakResult, er
 	defer e.close()
 	res := &SoakResult{Seed: cfg.Seed, Cluster: cfg.Cluster, Workers: cfg.Workers, Started: time.Now()}
 	h := newHistory()
+	e.hist = h
 	end := time.Now().Add(total)
 	per := cfg.Duration / time.Duration(len(cfg.Scenarios))
 	base := map[string]Sample{}
