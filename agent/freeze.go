@@ -179,6 +179,17 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 	for _, c := range cs {
 		switch {
 		case !live[c.UID]:
+			if a.paused[c.ID] {
+				// Thawed first: Docker 20.10's force-remove of a frozen
+				// container waits for a SIGKILL the frozen process never
+				// takes, and held the whole rejoin past its deadline (CI's
+				// cluster chaos, leader-kill: the node's other containers
+				// stayed frozen). The thaw lasts until the removal's kill.
+				if err := a.cfg.Runtime.Unpause(ctx, c.ID); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
 			if err := a.cfg.Runtime.RemoveContainer(ctx, c.ID); err != nil {
 				errs = append(errs, err)
 				continue
