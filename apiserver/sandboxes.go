@@ -32,6 +32,9 @@ func (s *Server) CreateSandbox(ctx context.Context, req *shoalv1.CreateSandboxRe
 	if sb.Spec.Image == "" {
 		sb.Spec.Image = s.cfg.DefaultImage
 	}
+	if err := egressOnCreate(sb.Spec); err != nil {
+		return nil, err
+	}
 	if err := s.admit(ctx, sb.Spec); err != nil {
 		return nil, err
 	}
@@ -195,7 +198,7 @@ func (s *Server) waitProvisioned(ctx context.Context, sb *shoalv1.Sandbox) (*sho
 		if cur.Meta.Uid != m.Uid || ev.Type == shoalv1.EventType_DELETED {
 			return nil, shoal.NotFound("sandbox %q was deleted while it was being provisioned", m.Name)
 		}
-		if cur.Status.GetPhase() != shoalv1.SandboxPhase_PROVISIONING {
+		if cur.Status.GetPhase() != shoalv1.SandboxPhase_PROVISIONING && egressApplied(cur) {
 			return cur, nil
 		}
 	}
@@ -305,6 +308,10 @@ func (s *Server) UpdateSandbox(ctx context.Context, req *shoalv1.UpdateSandboxRe
 			return nil, err
 		}
 	}
+	eg, err := egressChangeOf(req)
+	if err != nil {
+		return nil, err
+	}
 	return s.cfg.Store.UpdateSandbox(ctx, ws(req.Workspace), req.Name, store.Preconditions{ResourceVersion: req.ResourceVersion},
 		func(sb *shoalv1.Sandbox) error {
 			labels, ann := copyMap(sb.Meta.Labels), copyMap(sb.Meta.Annotations)
@@ -327,6 +334,9 @@ func (s *Server) UpdateSandbox(ctx context.Context, req *shoalv1.UpdateSandboxRe
 				return err
 			}
 			sb.Meta.Labels, sb.Meta.Annotations = labels, ann
+			if !eg.empty() {
+				return eg.apply(sb)
+			}
 			return nil
 		})
 }

@@ -283,6 +283,11 @@ func validateSandbox(sb *shoalv1.Sandbox) error {
 			return err
 		}
 	}
+	if spec.Egress != nil {
+		if _, err := spec.Egress.Policy("sandbox.spec.egress"); err != nil {
+			return err
+		}
+	}
 	return validBytes("sandbox.spec", spec, MaxSpecBytes)
 }
 

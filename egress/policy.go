@@ -210,7 +210,51 @@ func checkDNSName(name string) error {
 			}
 		}
 	}
+	// No top-level domain is all digits: 300.1.1.1 or 10.0.0 is a mistyped
+	// address, and a resolver would read it as one (inet_aton's forms).
+	last := name[strings.LastIndexByte(name, '.')+1:]
+	if strings.Trim(last, "0123456789") == "" {
+		return fmt.Errorf("the last label %q is all digits: not an IP address and not a DNS name", last)
+	}
 	return nil
+}
+
+// Normalized is the rule as shoal stores it: the host in its canonical
+// form (lower case, no trailing dot, addresses unmapped), ports sorted
+// without repeats ([DefaultPort] when none), CIDRs sorted without
+// repeats. The error says what is wrong, without naming the rule (as
+// Validate's do once prefixed).
+func (r Rule) Normalized() (Rule, error) {
+	ph, err := parseHost(r.Host)
+	if err != nil {
+		return Rule{}, err
+	}
+	n := Rule{Host: ph.String()}
+	n.Ports = slices.Clone(r.Ports)
+	if len(n.Ports) == 0 {
+		n.Ports = []uint16{DefaultPort}
+	}
+	slices.Sort(n.Ports)
+	n.Ports = slices.Compact(n.Ports)
+	if len(r.CIDRs) > 0 {
+		n.CIDRs = slices.Clone(r.CIDRs)
+		slices.SortFunc(n.CIDRs, func(a, b netip.Prefix) int {
+			if c := a.Addr().Compare(b.Addr()); c != 0 {
+				return c
+			}
+			return a.Bits() - b.Bits()
+		})
+		n.CIDRs = slices.Compact(n.CIDRs)
+	}
+	if err := n.validate(); err != nil {
+		return Rule{}, err
+	}
+	return n, nil
+}
+
+// Equal reports whether two normalised rules are the same rule.
+func (r Rule) Equal(o Rule) bool {
+	return r.Host == o.Host && slices.Equal(r.Ports, o.Ports) && slices.Equal(r.CIDRs, o.CIDRs)
 }
 
 // trimParseErr drops netip's repetition of the input from its message.

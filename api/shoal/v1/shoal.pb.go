@@ -29,6 +29,55 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type EgressMode int32
+
+const (
+	EgressMode_EGRESS_MODE_UNSPECIFIED EgressMode = 0
+	EgressMode_EGRESS_MODE_ENFORCE     EgressMode = 1
+	EgressMode_EGRESS_MODE_AUDIT       EgressMode = 2
+)
+
+// Enum value maps for EgressMode.
+var (
+	EgressMode_name = map[int32]string{
+		0: "EGRESS_MODE_UNSPECIFIED",
+		1: "EGRESS_MODE_ENFORCE",
+		2: "EGRESS_MODE_AUDIT",
+	}
+	EgressMode_value = map[string]int32{
+		"EGRESS_MODE_UNSPECIFIED": 0,
+		"EGRESS_MODE_ENFORCE":     1,
+		"EGRESS_MODE_AUDIT":       2,
+	}
+)
+
+func (x EgressMode) Enum() *EgressMode {
+	p := new(EgressMode)
+	*p = x
+	return p
+}
+
+func (x EgressMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EgressMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_shoal_v1_shoal_proto_enumTypes[0].Descriptor()
+}
+
+func (EgressMode) Type() protoreflect.EnumType {
+	return &file_shoal_v1_shoal_proto_enumTypes[0]
+}
+
+func (x EgressMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EgressMode.Descriptor instead.
+func (EgressMode) EnumDescriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{0}
+}
+
 type RunState int32
 
 const (
@@ -62,11 +111,11 @@ func (x RunState) String() string {
 }
 
 func (RunState) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[0].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[1].Descriptor()
 }
 
 func (RunState) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[0]
+	return &file_shoal_v1_shoal_proto_enumTypes[1]
 }
 
 func (x RunState) Number() protoreflect.EnumNumber {
@@ -75,7 +124,7 @@ func (x RunState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RunState.Descriptor instead.
 func (RunState) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{0}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{1}
 }
 
 type SandboxPhase int32
@@ -143,11 +192,11 @@ func (x SandboxPhase) String() string {
 }
 
 func (SandboxPhase) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[1].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[2].Descriptor()
 }
 
 func (SandboxPhase) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[1]
+	return &file_shoal_v1_shoal_proto_enumTypes[2]
 }
 
 func (x SandboxPhase) Number() protoreflect.EnumNumber {
@@ -156,7 +205,7 @@ func (x SandboxPhase) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SandboxPhase.Descriptor instead.
 func (SandboxPhase) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{1}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{2}
 }
 
 type ProviderType int32
@@ -201,11 +250,11 @@ func (x ProviderType) String() string {
 }
 
 func (ProviderType) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[2].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[3].Descriptor()
 }
 
 func (ProviderType) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[2]
+	return &file_shoal_v1_shoal_proto_enumTypes[3]
 }
 
 func (x ProviderType) Number() protoreflect.EnumNumber {
@@ -214,7 +263,7 @@ func (x ProviderType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProviderType.Descriptor instead.
 func (ProviderType) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{2}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{3}
 }
 
 type EventType int32
@@ -253,11 +302,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[3].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[4].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[3]
+	return &file_shoal_v1_shoal_proto_enumTypes[4]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -266,7 +315,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{3}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{4}
 }
 
 type EventSeverity int32
@@ -303,11 +352,11 @@ func (x EventSeverity) String() string {
 }
 
 func (EventSeverity) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[4].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[5].Descriptor()
 }
 
 func (EventSeverity) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[4]
+	return &file_shoal_v1_shoal_proto_enumTypes[5]
 }
 
 func (x EventSeverity) Number() protoreflect.EnumNumber {
@@ -316,7 +365,7 @@ func (x EventSeverity) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventSeverity.Descriptor instead.
 func (EventSeverity) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{4}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{5}
 }
 
 // Prefixed: enum values share the package's scope.
@@ -360,11 +409,11 @@ func (x FileType) String() string {
 }
 
 func (FileType) Descriptor() protoreflect.EnumDescriptor {
-	return file_shoal_v1_shoal_proto_enumTypes[5].Descriptor()
+	return file_shoal_v1_shoal_proto_enumTypes[6].Descriptor()
 }
 
 func (FileType) Type() protoreflect.EnumType {
-	return &file_shoal_v1_shoal_proto_enumTypes[5]
+	return &file_shoal_v1_shoal_proto_enumTypes[6]
 }
 
 func (x FileType) Number() protoreflect.EnumNumber {
@@ -373,7 +422,7 @@ func (x FileType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FileType.Descriptor instead.
 func (FileType) EnumDescriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{5}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{6}
 }
 
 type ObjectMeta struct {
@@ -565,7 +614,10 @@ type SandboxSpec struct {
 	RunGeneration int64 `protobuf:"varint,10,opt,name=run_generation,json=runGeneration,proto3" json:"run_generation,omitempty"`
 	// How long a stop waits between SIGTERM and SIGKILL (the last stop's
 	// --grace; unset: 10s).
-	StopGrace     *durationpb.Duration `protobuf:"bytes,11,opt,name=stop_grace,json=stopGrace,proto3" json:"stop_grace,omitempty"`
+	StopGrace *durationpb.Duration `protobuf:"bytes,11,opt,name=stop_grace,json=stopGrace,proto3" json:"stop_grace,omitempty"`
+	// What the sandbox may reach on the network (package egress). Unset or
+	// no rules: no network at all. Changed live through UpdateSandbox.
+	Egress        *EgressPolicy `protobuf:"bytes,12,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -677,6 +729,154 @@ func (x *SandboxSpec) GetStopGrace() *durationpb.Duration {
 	return nil
 }
 
+func (x *SandboxSpec) GetEgress() *EgressPolicy {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+// A sandbox's egress policy: connections through its node's proxy are
+// admitted when a rule matches their host and port (ENFORCE), or all
+// admitted and the ones ENFORCE would refuse reported (AUDIT).
+type EgressPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rules []*EgressRule          `protobuf:"bytes,1,rep,name=rules,proto3" json:"rules,omitempty"`
+	// Unset means EGRESS_MODE_ENFORCE.
+	Mode EgressMode `protobuf:"varint,2,opt,name=mode,proto3,enum=shoal.v1.EgressMode" json:"mode,omitempty"`
+	// Set by the server, never by a client: 1 when rules are first set, one
+	// more on every write that changes the rules or the mode. The owning
+	// node reports the version it enforces in status.egress_applied_version.
+	Version int64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// Set by the server: connections admitted under a version below this
+	// are cut (UpdateSandboxRequest.cut_egress_connections).
+	CutBelow      int64 `protobuf:"varint,4,opt,name=cut_below,json=cutBelow,proto3" json:"cut_below,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressPolicy) Reset() {
+	*x = EgressPolicy{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressPolicy) ProtoMessage() {}
+
+func (x *EgressPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressPolicy.ProtoReflect.Descriptor instead.
+func (*EgressPolicy) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *EgressPolicy) GetRules() []*EgressRule {
+	if x != nil {
+		return x.Rules
+	}
+	return nil
+}
+
+func (x *EgressPolicy) GetMode() EgressMode {
+	if x != nil {
+		return x.Mode
+	}
+	return EgressMode_EGRESS_MODE_UNSPECIFIED
+}
+
+func (x *EgressPolicy) GetVersion() int64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *EgressPolicy) GetCutBelow() int64 {
+	if x != nil {
+		return x.CutBelow
+	}
+	return 0
+}
+
+// One destination: host is a DNS name (exact, case-insensitive), a glob
+// (*.example.com: one label; **.example.com: any number), an IP address
+// or a CIDR; ports default to [443]; cidrs, when given, are where the
+// host's resolved address must lie.
+type EgressRule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Host          string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	Ports         []uint32               `protobuf:"varint,2,rep,packed,name=ports,proto3" json:"ports,omitempty"`
+	Cidrs         []string               `protobuf:"bytes,3,rep,name=cidrs,proto3" json:"cidrs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressRule) Reset() {
+	*x = EgressRule{}
+	mi := &file_shoal_v1_shoal_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressRule) ProtoMessage() {}
+
+func (x *EgressRule) ProtoReflect() protoreflect.Message {
+	mi := &file_shoal_v1_shoal_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressRule.ProtoReflect.Descriptor instead.
+func (*EgressRule) Descriptor() ([]byte, []int) {
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *EgressRule) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *EgressRule) GetPorts() []uint32 {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *EgressRule) GetCidrs() []string {
+	if x != nil {
+		return x.Cidrs
+	}
+	return nil
+}
+
 type Condition struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Type  string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
@@ -691,7 +891,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[3]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +903,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[3]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +916,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{3}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Condition) GetType() string {
@@ -768,13 +968,16 @@ type SandboxStatus struct {
 	// start is done when this reached the request's generation and the
 	// phase is neither STOPPING nor STARTING.
 	ObservedRunGeneration int64 `protobuf:"varint,7,opt,name=observed_run_generation,json=observedRunGeneration,proto3" json:"observed_run_generation,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The spec.egress.version the owning node enforces (0: none yet). A
+	// policy write is in force for new connections once this reached it.
+	EgressAppliedVersion int64 `protobuf:"varint,8,opt,name=egress_applied_version,json=egressAppliedVersion,proto3" json:"egress_applied_version,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *SandboxStatus) Reset() {
 	*x = SandboxStatus{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[4]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +989,7 @@ func (x *SandboxStatus) String() string {
 func (*SandboxStatus) ProtoMessage() {}
 
 func (x *SandboxStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[4]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +1002,7 @@ func (x *SandboxStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SandboxStatus.ProtoReflect.Descriptor instead.
 func (*SandboxStatus) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{4}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SandboxStatus) GetPhase() SandboxPhase {
@@ -851,6 +1054,13 @@ func (x *SandboxStatus) GetObservedRunGeneration() int64 {
 	return 0
 }
 
+func (x *SandboxStatus) GetEgressAppliedVersion() int64 {
+	if x != nil {
+		return x.EgressAppliedVersion
+	}
+	return 0
+}
+
 type Sandbox struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Meta          *ObjectMeta            `protobuf:"bytes,1,opt,name=meta,proto3" json:"meta,omitempty"`
@@ -862,7 +1072,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[5]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1084,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[5]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1097,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{5}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Sandbox) GetMeta() *ObjectMeta {
@@ -931,7 +1141,7 @@ type Provider struct {
 
 func (x *Provider) Reset() {
 	*x = Provider{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[6]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -943,7 +1153,7 @@ func (x *Provider) String() string {
 func (*Provider) ProtoMessage() {}
 
 func (x *Provider) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[6]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -956,7 +1166,7 @@ func (x *Provider) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Provider.ProtoReflect.Descriptor instead.
 func (*Provider) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{6}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Provider) GetMeta() *ObjectMeta {
@@ -1006,7 +1216,7 @@ type Preconditions struct {
 
 func (x *Preconditions) Reset() {
 	*x = Preconditions{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[7]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1018,7 +1228,7 @@ func (x *Preconditions) String() string {
 func (*Preconditions) ProtoMessage() {}
 
 func (x *Preconditions) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[7]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1031,7 +1241,7 @@ func (x *Preconditions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Preconditions.ProtoReflect.Descriptor instead.
 func (*Preconditions) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{7}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Preconditions) GetUid() string {
@@ -1064,7 +1274,7 @@ type CreateSandboxRequest struct {
 
 func (x *CreateSandboxRequest) Reset() {
 	*x = CreateSandboxRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[8]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1286,7 @@ func (x *CreateSandboxRequest) String() string {
 func (*CreateSandboxRequest) ProtoMessage() {}
 
 func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[8]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1299,7 @@ func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxRequest.ProtoReflect.Descriptor instead.
 func (*CreateSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{8}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateSandboxRequest) GetSandbox() *Sandbox {
@@ -1123,7 +1333,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[9]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1345,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[9]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1358,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{9}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetSandboxRequest) GetWorkspace() string {
@@ -1183,7 +1393,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[10]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1405,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[10]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1418,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{10}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListSandboxesRequest) GetWorkspace() string {
@@ -1254,7 +1464,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[11]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1266,7 +1476,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[11]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1279,7 +1489,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{11}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListSandboxesResponse) GetItems() []*Sandbox {
@@ -1323,13 +1533,25 @@ type UpdateSandboxRequest struct {
 	// If non-zero, the update applies only at this resource_version;
 	// otherwise FAILED_PRECONDITION. A sandbox being deleted takes no updates.
 	ResourceVersion int64 `protobuf:"varint,7,opt,name=resource_version,json=resourceVersion,proto3" json:"resource_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Egress (spec.egress), applied in this order: set_egress replaces the
+	// whole policy (rules and mode; no rules: no network), then
+	// add_egress_rules adds rules not there yet, remove_egress_rules removes
+	// rules that are (NOT_FOUND for one that is not), egress_mode sets the
+	// mode. Client-set version and cut_below are ignored.
+	SetEgress         *EgressPolicy `protobuf:"bytes,8,opt,name=set_egress,json=setEgress,proto3" json:"set_egress,omitempty"`
+	AddEgressRules    []*EgressRule `protobuf:"bytes,9,rep,name=add_egress_rules,json=addEgressRules,proto3" json:"add_egress_rules,omitempty"`
+	RemoveEgressRules []*EgressRule `protobuf:"bytes,10,rep,name=remove_egress_rules,json=removeEgressRules,proto3" json:"remove_egress_rules,omitempty"`
+	EgressMode        EgressMode    `protobuf:"varint,11,opt,name=egress_mode,json=egressMode,proto3,enum=shoal.v1.EgressMode" json:"egress_mode,omitempty"`
+	// Cut the sandbox's established egress connections too (a policy
+	// change otherwise applies to new connections only).
+	CutEgressConnections bool `protobuf:"varint,12,opt,name=cut_egress_connections,json=cutEgressConnections,proto3" json:"cut_egress_connections,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *UpdateSandboxRequest) Reset() {
 	*x = UpdateSandboxRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[12]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1563,7 @@ func (x *UpdateSandboxRequest) String() string {
 func (*UpdateSandboxRequest) ProtoMessage() {}
 
 func (x *UpdateSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[12]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1576,7 @@ func (x *UpdateSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateSandboxRequest.ProtoReflect.Descriptor instead.
 func (*UpdateSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{12}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateSandboxRequest) GetWorkspace() string {
@@ -1406,6 +1628,41 @@ func (x *UpdateSandboxRequest) GetResourceVersion() int64 {
 	return 0
 }
 
+func (x *UpdateSandboxRequest) GetSetEgress() *EgressPolicy {
+	if x != nil {
+		return x.SetEgress
+	}
+	return nil
+}
+
+func (x *UpdateSandboxRequest) GetAddEgressRules() []*EgressRule {
+	if x != nil {
+		return x.AddEgressRules
+	}
+	return nil
+}
+
+func (x *UpdateSandboxRequest) GetRemoveEgressRules() []*EgressRule {
+	if x != nil {
+		return x.RemoveEgressRules
+	}
+	return nil
+}
+
+func (x *UpdateSandboxRequest) GetEgressMode() EgressMode {
+	if x != nil {
+		return x.EgressMode
+	}
+	return EgressMode_EGRESS_MODE_UNSPECIFIED
+}
+
+func (x *UpdateSandboxRequest) GetCutEgressConnections() bool {
+	if x != nil {
+		return x.CutEgressConnections
+	}
+	return false
+}
+
 type DeleteSandboxRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Workspace string                 `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
@@ -1421,7 +1678,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[13]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1690,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[13]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1703,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{13}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteSandboxRequest) GetWorkspace() string {
@@ -1488,7 +1745,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[14]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1757,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[14]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1770,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{14}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteSandboxResponse) GetSandbox() *Sandbox {
@@ -1539,7 +1796,7 @@ type WatchSandboxesRequest struct {
 
 func (x *WatchSandboxesRequest) Reset() {
 	*x = WatchSandboxesRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[15]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1808,7 @@ func (x *WatchSandboxesRequest) String() string {
 func (*WatchSandboxesRequest) ProtoMessage() {}
 
 func (x *WatchSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[15]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1821,7 @@ func (x *WatchSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*WatchSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{15}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchSandboxesRequest) GetWorkspace() string {
@@ -1600,7 +1857,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[16]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1869,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[16]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1882,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{16}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WatchEvent) GetType() EventType {
@@ -1678,7 +1935,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[17]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1690,7 +1947,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[17]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1703,7 +1960,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{17}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecRequest) GetWorkspace() string {
@@ -1786,7 +2043,7 @@ type TerminalSize struct {
 
 func (x *TerminalSize) Reset() {
 	*x = TerminalSize{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[18]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +2055,7 @@ func (x *TerminalSize) String() string {
 func (*TerminalSize) ProtoMessage() {}
 
 func (x *TerminalSize) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[18]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +2068,7 @@ func (x *TerminalSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminalSize.ProtoReflect.Descriptor instead.
 func (*TerminalSize) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{18}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TerminalSize) GetRows() uint32 {
@@ -1844,7 +2101,7 @@ type ExecInput struct {
 
 func (x *ExecInput) Reset() {
 	*x = ExecInput{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[19]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +2113,7 @@ func (x *ExecInput) String() string {
 func (*ExecInput) ProtoMessage() {}
 
 func (x *ExecInput) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[19]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +2126,7 @@ func (x *ExecInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecInput.ProtoReflect.Descriptor instead.
 func (*ExecInput) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{19}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ExecInput) GetInput() isExecInput_Input {
@@ -1965,7 +2222,7 @@ type ExecChunk struct {
 
 func (x *ExecChunk) Reset() {
 	*x = ExecChunk{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[20]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1977,7 +2234,7 @@ func (x *ExecChunk) String() string {
 func (*ExecChunk) ProtoMessage() {}
 
 func (x *ExecChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[20]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1990,7 +2247,7 @@ func (x *ExecChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecChunk.ProtoReflect.Descriptor instead.
 func (*ExecChunk) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{20}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecChunk) GetData() []byte {
@@ -2041,7 +2298,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[21]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2310,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[21]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2323,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{21}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LogsRequest) GetWorkspace() string {
@@ -2108,7 +2365,7 @@ type LogsChunk struct {
 
 func (x *LogsChunk) Reset() {
 	*x = LogsChunk{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[22]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2120,7 +2377,7 @@ func (x *LogsChunk) String() string {
 func (*LogsChunk) ProtoMessage() {}
 
 func (x *LogsChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[22]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2133,7 +2390,7 @@ func (x *LogsChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsChunk.ProtoReflect.Descriptor instead.
 func (*LogsChunk) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{22}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LogsChunk) GetData() []byte {
@@ -2164,7 +2421,7 @@ type AttachProviderRequest struct {
 
 func (x *AttachProviderRequest) Reset() {
 	*x = AttachProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[23]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2433,7 @@ func (x *AttachProviderRequest) String() string {
 func (*AttachProviderRequest) ProtoMessage() {}
 
 func (x *AttachProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[23]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2446,7 @@ func (x *AttachProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachProviderRequest.ProtoReflect.Descriptor instead.
 func (*AttachProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{23}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AttachProviderRequest) GetWorkspace() string {
@@ -2234,7 +2491,7 @@ type DetachProviderRequest struct {
 
 func (x *DetachProviderRequest) Reset() {
 	*x = DetachProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[24]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2246,7 +2503,7 @@ func (x *DetachProviderRequest) String() string {
 func (*DetachProviderRequest) ProtoMessage() {}
 
 func (x *DetachProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[24]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2259,7 +2516,7 @@ func (x *DetachProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DetachProviderRequest.ProtoReflect.Descriptor instead.
 func (*DetachProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{24}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DetachProviderRequest) GetWorkspace() string {
@@ -2306,7 +2563,7 @@ type StopSandboxRequest struct {
 
 func (x *StopSandboxRequest) Reset() {
 	*x = StopSandboxRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2575,7 @@ func (x *StopSandboxRequest) String() string {
 func (*StopSandboxRequest) ProtoMessage() {}
 
 func (x *StopSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[25]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2588,7 @@ func (x *StopSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StopSandboxRequest.ProtoReflect.Descriptor instead.
 func (*StopSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{25}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *StopSandboxRequest) GetWorkspace() string {
@@ -2385,7 +2642,7 @@ type StartSandboxRequest struct {
 
 func (x *StartSandboxRequest) Reset() {
 	*x = StartSandboxRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2654,7 @@ func (x *StartSandboxRequest) String() string {
 func (*StartSandboxRequest) ProtoMessage() {}
 
 func (x *StartSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[26]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2667,7 @@ func (x *StartSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartSandboxRequest.ProtoReflect.Descriptor instead.
 func (*StartSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{26}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StartSandboxRequest) GetWorkspace() string {
@@ -2457,7 +2714,7 @@ type CreateProviderRequest struct {
 
 func (x *CreateProviderRequest) Reset() {
 	*x = CreateProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2726,7 @@ func (x *CreateProviderRequest) String() string {
 func (*CreateProviderRequest) ProtoMessage() {}
 
 func (x *CreateProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[27]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2739,7 @@ func (x *CreateProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateProviderRequest.ProtoReflect.Descriptor instead.
 func (*CreateProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{27}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateProviderRequest) GetProvider() *Provider {
@@ -2502,7 +2759,7 @@ type GetProviderRequest struct {
 
 func (x *GetProviderRequest) Reset() {
 	*x = GetProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2771,7 @@ func (x *GetProviderRequest) String() string {
 func (*GetProviderRequest) ProtoMessage() {}
 
 func (x *GetProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[28]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2784,7 @@ func (x *GetProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProviderRequest.ProtoReflect.Descriptor instead.
 func (*GetProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{28}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetProviderRequest) GetWorkspace() string {
@@ -2555,7 +2812,7 @@ type ListProvidersRequest struct {
 
 func (x *ListProvidersRequest) Reset() {
 	*x = ListProvidersRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2824,7 @@ func (x *ListProvidersRequest) String() string {
 func (*ListProvidersRequest) ProtoMessage() {}
 
 func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[29]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2837,7 @@ func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersRequest.ProtoReflect.Descriptor instead.
 func (*ListProvidersRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{29}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListProvidersRequest) GetWorkspace() string {
@@ -2617,7 +2874,7 @@ type ListProvidersResponse struct {
 
 func (x *ListProvidersResponse) Reset() {
 	*x = ListProvidersResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2886,7 @@ func (x *ListProvidersResponse) String() string {
 func (*ListProvidersResponse) ProtoMessage() {}
 
 func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[30]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2899,7 @@ func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProvidersResponse.ProtoReflect.Descriptor instead.
 func (*ListProvidersResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{30}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListProvidersResponse) GetItems() []*Provider {
@@ -2696,7 +2953,7 @@ type UpdateProviderRequest struct {
 
 func (x *UpdateProviderRequest) Reset() {
 	*x = UpdateProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +2965,7 @@ func (x *UpdateProviderRequest) String() string {
 func (*UpdateProviderRequest) ProtoMessage() {}
 
 func (x *UpdateProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[31]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +2978,7 @@ func (x *UpdateProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateProviderRequest.ProtoReflect.Descriptor instead.
 func (*UpdateProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{31}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *UpdateProviderRequest) GetProvider() *Provider {
@@ -2786,7 +3043,7 @@ type DeleteProviderRequest struct {
 
 func (x *DeleteProviderRequest) Reset() {
 	*x = DeleteProviderRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2798,7 +3055,7 @@ func (x *DeleteProviderRequest) String() string {
 func (*DeleteProviderRequest) ProtoMessage() {}
 
 func (x *DeleteProviderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[32]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2811,7 +3068,7 @@ func (x *DeleteProviderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProviderRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProviderRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{32}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeleteProviderRequest) GetWorkspace() string {
@@ -2854,7 +3111,7 @@ type DeleteProviderResponse struct {
 
 func (x *DeleteProviderResponse) Reset() {
 	*x = DeleteProviderResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2866,7 +3123,7 @@ func (x *DeleteProviderResponse) String() string {
 func (*DeleteProviderResponse) ProtoMessage() {}
 
 func (x *DeleteProviderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[33]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2879,7 +3136,7 @@ func (x *DeleteProviderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProviderResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProviderResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{33}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeleteProviderResponse) GetDeleted() bool {
@@ -2934,7 +3191,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3203,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[34]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3216,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{34}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Node) GetName() string {
@@ -3073,7 +3330,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3085,7 +3342,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[35]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3098,7 +3355,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{35}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *NodeStatus) GetReady() bool {
@@ -3144,7 +3401,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3156,7 +3413,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[36]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3169,7 +3426,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{36}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{38}
 }
 
 type ListNodesResponse struct {
@@ -3181,7 +3438,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3450,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[37]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3463,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{37}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListNodesResponse) GetItems() []*Node {
@@ -3225,7 +3482,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3494,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[38]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3507,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{38}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GetNodeRequest) GetName() string {
@@ -3271,7 +3528,7 @@ type CordonNodeRequest struct {
 
 func (x *CordonNodeRequest) Reset() {
 	*x = CordonNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3283,7 +3540,7 @@ func (x *CordonNodeRequest) String() string {
 func (*CordonNodeRequest) ProtoMessage() {}
 
 func (x *CordonNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[39]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3296,7 +3553,7 @@ func (x *CordonNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CordonNodeRequest.ProtoReflect.Descriptor instead.
 func (*CordonNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{39}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CordonNodeRequest) GetName() string {
@@ -3322,7 +3579,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3334,7 +3591,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[40]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3347,7 +3604,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{40}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveNodeRequest) GetName() string {
@@ -3367,7 +3624,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +3636,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[41]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +3649,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{41}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemoveNodeResponse) GetSandboxes() []string {
@@ -3413,7 +3670,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3682,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[42]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3695,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{42}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DrainNodeRequest) GetName() string {
@@ -3466,7 +3723,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3478,7 +3735,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[43]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3491,7 +3748,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{43}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DrainNodeResponse) GetNode() *Node {
@@ -3516,7 +3773,7 @@ type ClusterStatusRequest struct {
 
 func (x *ClusterStatusRequest) Reset() {
 	*x = ClusterStatusRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3528,7 +3785,7 @@ func (x *ClusterStatusRequest) String() string {
 func (*ClusterStatusRequest) ProtoMessage() {}
 
 func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[44]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3541,7 +3798,7 @@ func (x *ClusterStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatusRequest.ProtoReflect.Descriptor instead.
 func (*ClusterStatusRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{44}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{46}
 }
 
 type Member struct {
@@ -3565,7 +3822,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3577,7 +3834,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[45]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3590,7 +3847,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{45}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Member) GetName() string {
@@ -3688,7 +3945,7 @@ type ClusterStatus struct {
 
 func (x *ClusterStatus) Reset() {
 	*x = ClusterStatus{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3700,7 +3957,7 @@ func (x *ClusterStatus) String() string {
 func (*ClusterStatus) ProtoMessage() {}
 
 func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[46]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3713,7 +3970,7 @@ func (x *ClusterStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterStatus.ProtoReflect.Descriptor instead.
 func (*ClusterStatus) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{46}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ClusterStatus) GetMembers() []*Member {
@@ -3766,7 +4023,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +4035,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[47]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +4048,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{47}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{49}
 }
 
 type ListMembersResponse struct {
@@ -3803,7 +4060,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +4072,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[48]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +4085,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{48}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3850,7 +4107,7 @@ type AddMemberRequest struct {
 
 func (x *AddMemberRequest) Reset() {
 	*x = AddMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3862,7 +4119,7 @@ func (x *AddMemberRequest) String() string {
 func (*AddMemberRequest) ProtoMessage() {}
 
 func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[49]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3875,7 +4132,7 @@ func (x *AddMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberRequest.ProtoReflect.Descriptor instead.
 func (*AddMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{49}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *AddMemberRequest) GetName() string {
@@ -3910,7 +4167,7 @@ type AddMemberResponse struct {
 
 func (x *AddMemberResponse) Reset() {
 	*x = AddMemberResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3922,7 +4179,7 @@ func (x *AddMemberResponse) String() string {
 func (*AddMemberResponse) ProtoMessage() {}
 
 func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[50]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3935,7 +4192,7 @@ func (x *AddMemberResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddMemberResponse.ProtoReflect.Descriptor instead.
 func (*AddMemberResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{50}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *AddMemberResponse) GetMember() *Member {
@@ -3962,7 +4219,7 @@ type RemoveMemberRequest struct {
 
 func (x *RemoveMemberRequest) Reset() {
 	*x = RemoveMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3974,7 +4231,7 @@ func (x *RemoveMemberRequest) String() string {
 func (*RemoveMemberRequest) ProtoMessage() {}
 
 func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[51]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3987,7 +4244,7 @@ func (x *RemoveMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveMemberRequest.ProtoReflect.Descriptor instead.
 func (*RemoveMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{51}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RemoveMemberRequest) GetName() string {
@@ -4006,7 +4263,7 @@ type PromoteMemberRequest struct {
 
 func (x *PromoteMemberRequest) Reset() {
 	*x = PromoteMemberRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4018,7 +4275,7 @@ func (x *PromoteMemberRequest) String() string {
 func (*PromoteMemberRequest) ProtoMessage() {}
 
 func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[52]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4031,7 +4288,7 @@ func (x *PromoteMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PromoteMemberRequest.ProtoReflect.Descriptor instead.
 func (*PromoteMemberRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{52}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PromoteMemberRequest) GetName() string {
@@ -4049,7 +4306,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4061,7 +4318,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[53]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4074,7 +4331,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{53}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{55}
 }
 
 type RotateEncryptionKeyRequest struct {
@@ -4087,7 +4344,7 @@ type RotateEncryptionKeyRequest struct {
 
 func (x *RotateEncryptionKeyRequest) Reset() {
 	*x = RotateEncryptionKeyRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4099,7 +4356,7 @@ func (x *RotateEncryptionKeyRequest) String() string {
 func (*RotateEncryptionKeyRequest) ProtoMessage() {}
 
 func (x *RotateEncryptionKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[54]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4112,7 +4369,7 @@ func (x *RotateEncryptionKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateEncryptionKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateEncryptionKeyRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{54}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RotateEncryptionKeyRequest) GetWorkspace() string {
@@ -4141,7 +4398,7 @@ type RotateEncryptionKeyResponse struct {
 
 func (x *RotateEncryptionKeyResponse) Reset() {
 	*x = RotateEncryptionKeyResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4153,7 +4410,7 @@ func (x *RotateEncryptionKeyResponse) String() string {
 func (*RotateEncryptionKeyResponse) ProtoMessage() {}
 
 func (x *RotateEncryptionKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[55]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4166,7 +4423,7 @@ func (x *RotateEncryptionKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateEncryptionKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateEncryptionKeyResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{55}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RotateEncryptionKeyResponse) GetKey() string {
@@ -4213,7 +4470,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4225,7 +4482,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[56]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4238,7 +4495,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{56}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SnapshotChunk) GetData() []byte {
@@ -4293,7 +4550,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[57]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4305,7 +4562,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[57]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4318,7 +4575,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{57}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Event) GetWorkspace() string {
@@ -4448,7 +4705,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[58]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4460,7 +4717,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[58]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4473,7 +4730,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{58}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListEventsRequest) GetWorkspace() string {
@@ -4526,7 +4783,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[59]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4538,7 +4795,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[59]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4551,7 +4808,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{59}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListEventsResponse) GetItems() []*Event {
@@ -4592,7 +4849,7 @@ type WatchEventsRequest struct {
 
 func (x *WatchEventsRequest) Reset() {
 	*x = WatchEventsRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[60]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4604,7 +4861,7 @@ func (x *WatchEventsRequest) String() string {
 func (*WatchEventsRequest) ProtoMessage() {}
 
 func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[60]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4617,7 +4874,7 @@ func (x *WatchEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEventsRequest.ProtoReflect.Descriptor instead.
 func (*WatchEventsRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{60}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *WatchEventsRequest) GetWorkspace() string {
@@ -4675,7 +4932,7 @@ type CopyToSandboxStart struct {
 
 func (x *CopyToSandboxStart) Reset() {
 	*x = CopyToSandboxStart{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[61]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4687,7 +4944,7 @@ func (x *CopyToSandboxStart) String() string {
 func (*CopyToSandboxStart) ProtoMessage() {}
 
 func (x *CopyToSandboxStart) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[61]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4700,7 +4957,7 @@ func (x *CopyToSandboxStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyToSandboxStart.ProtoReflect.Descriptor instead.
 func (*CopyToSandboxStart) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{61}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CopyToSandboxStart) GetWorkspace() string {
@@ -4753,7 +5010,7 @@ type CopyToSandboxInput struct {
 
 func (x *CopyToSandboxInput) Reset() {
 	*x = CopyToSandboxInput{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[62]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4765,7 +5022,7 @@ func (x *CopyToSandboxInput) String() string {
 func (*CopyToSandboxInput) ProtoMessage() {}
 
 func (x *CopyToSandboxInput) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[62]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4778,7 +5035,7 @@ func (x *CopyToSandboxInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyToSandboxInput.ProtoReflect.Descriptor instead.
 func (*CopyToSandboxInput) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{62}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CopyToSandboxInput) GetInput() isCopyToSandboxInput_Input {
@@ -4839,7 +5096,7 @@ type CopyToSandboxResponse struct {
 
 func (x *CopyToSandboxResponse) Reset() {
 	*x = CopyToSandboxResponse{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[63]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4851,7 +5108,7 @@ func (x *CopyToSandboxResponse) String() string {
 func (*CopyToSandboxResponse) ProtoMessage() {}
 
 func (x *CopyToSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[63]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4864,7 +5121,7 @@ func (x *CopyToSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyToSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CopyToSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{63}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CopyToSandboxResponse) GetPath() string {
@@ -4904,7 +5161,7 @@ type CopyFromSandboxRequest struct {
 
 func (x *CopyFromSandboxRequest) Reset() {
 	*x = CopyFromSandboxRequest{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[64]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4916,7 +5173,7 @@ func (x *CopyFromSandboxRequest) String() string {
 func (*CopyFromSandboxRequest) ProtoMessage() {}
 
 func (x *CopyFromSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[64]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4929,7 +5186,7 @@ func (x *CopyFromSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyFromSandboxRequest.ProtoReflect.Descriptor instead.
 func (*CopyFromSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{64}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *CopyFromSandboxRequest) GetWorkspace() string {
@@ -4980,7 +5237,7 @@ type PathStat struct {
 
 func (x *PathStat) Reset() {
 	*x = PathStat{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[65]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4992,7 +5249,7 @@ func (x *PathStat) String() string {
 func (*PathStat) ProtoMessage() {}
 
 func (x *PathStat) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[65]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5005,7 +5262,7 @@ func (x *PathStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathStat.ProtoReflect.Descriptor instead.
 func (*PathStat) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{65}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PathStat) GetName() string {
@@ -5062,7 +5319,7 @@ type CopyChunk struct {
 
 func (x *CopyChunk) Reset() {
 	*x = CopyChunk{}
-	mi := &file_shoal_v1_shoal_proto_msgTypes[66]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5074,7 +5331,7 @@ func (x *CopyChunk) String() string {
 func (*CopyChunk) ProtoMessage() {}
 
 func (x *CopyChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_shoal_v1_shoal_proto_msgTypes[66]
+	mi := &file_shoal_v1_shoal_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5087,7 +5344,7 @@ func (x *CopyChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyChunk.ProtoReflect.Descriptor instead.
 func (*CopyChunk) Descriptor() ([]byte, []int) {
-	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{66}
+	return file_shoal_v1_shoal_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CopyChunk) GetStat() *PathStat {
@@ -5129,7 +5386,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\tResources\x12\x1d\n" +
 	"\n" +
 	"cpu_millis\x18\x01 \x01(\x03R\tcpuMillis\x12!\n" +
-	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\"\xd3\x04\n" +
+	"\fmemory_bytes\x18\x02 \x01(\x03R\vmemoryBytes\"\x83\x05\n" +
 	"\vSandboxSpec\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x02 \x03(\tR\acommand\x120\n" +
@@ -5143,19 +5400,30 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x0erun_generation\x18\n" +
 	" \x01(\x03R\rrunGeneration\x128\n" +
 	"\n" +
-	"stop_grace\x18\v \x01(\v2\x19.google.protobuf.DurationR\tstopGrace\x1a6\n" +
+	"stop_grace\x18\v \x01(\v2\x19.google.protobuf.DurationR\tstopGrace\x12.\n" +
+	"\x06egress\x18\f \x01(\v2\x16.shoal.v1.EgressPolicyR\x06egress\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11NodeSelectorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb7\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9b\x01\n" +
+	"\fEgressPolicy\x12*\n" +
+	"\x05rules\x18\x01 \x03(\v2\x14.shoal.v1.EgressRuleR\x05rules\x12(\n" +
+	"\x04mode\x18\x02 \x01(\x0e2\x14.shoal.v1.EgressModeR\x04mode\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x03R\aversion\x12\x1b\n" +
+	"\tcut_below\x18\x04 \x01(\x03R\bcutBelow\"L\n" +
+	"\n" +
+	"EgressRule\x12\x12\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\x12\x14\n" +
+	"\x05ports\x18\x02 \x03(\rR\x05ports\x12\x14\n" +
+	"\x05cidrs\x18\x03 \x03(\tR\x05cidrs\"\xb7\x01\n" +
 	"\tCondition\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12L\n" +
-	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\x98\x02\n" +
+	"\x14last_transition_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x12lastTransitionTime\"\xce\x02\n" +
 	"\rSandboxStatus\x12,\n" +
 	"\x05phase\x18\x01 \x01(\x0e2\x16.shoal.v1.SandboxPhaseR\x05phase\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12!\n" +
@@ -5165,7 +5433,8 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"conditions\x18\x05 \x03(\v2\x13.shoal.v1.ConditionR\n" +
 	"conditions\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x126\n" +
-	"\x17observed_run_generation\x18\a \x01(\x03R\x15observedRunGeneration\"\x8f\x01\n" +
+	"\x17observed_run_generation\x18\a \x01(\x03R\x15observedRunGeneration\x124\n" +
+	"\x16egress_applied_version\x18\b \x01(\x03R\x14egressAppliedVersion\"\x8f\x01\n" +
 	"\aSandbox\x12(\n" +
 	"\x04meta\x18\x01 \x01(\v2\x14.shoal.v1.ObjectMetaR\x04meta\x12)\n" +
 	"\x04spec\x18\x02 \x01(\v2\x15.shoal.v1.SandboxSpecR\x04spec\x12/\n" +
@@ -5203,7 +5472,7 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x11.shoal.v1.SandboxR\x05items\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12)\n" +
 	"\x10resource_version\x18\x03 \x01(\x03R\x0fresourceVersion\x12\x1a\n" +
-	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\xf3\x03\n" +
+	"\bwarnings\x18\x04 \x03(\tR\bwarnings\"\x9d\x06\n" +
 	"\x14UpdateSandboxRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12L\n" +
@@ -5212,7 +5481,15 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"\rremove_labels\x18\x04 \x03(\tR\fremoveLabels\x12[\n" +
 	"\x0fset_annotations\x18\x05 \x03(\v22.shoal.v1.UpdateSandboxRequest.SetAnnotationsEntryR\x0esetAnnotations\x12-\n" +
 	"\x12remove_annotations\x18\x06 \x03(\tR\x11removeAnnotations\x12)\n" +
-	"\x10resource_version\x18\a \x01(\x03R\x0fresourceVersion\x1a<\n" +
+	"\x10resource_version\x18\a \x01(\x03R\x0fresourceVersion\x125\n" +
+	"\n" +
+	"set_egress\x18\b \x01(\v2\x16.shoal.v1.EgressPolicyR\tsetEgress\x12>\n" +
+	"\x10add_egress_rules\x18\t \x03(\v2\x14.shoal.v1.EgressRuleR\x0eaddEgressRules\x12D\n" +
+	"\x13remove_egress_rules\x18\n" +
+	" \x03(\v2\x14.shoal.v1.EgressRuleR\x11removeEgressRules\x125\n" +
+	"\vegress_mode\x18\v \x01(\x0e2\x14.shoal.v1.EgressModeR\n" +
+	"egressMode\x124\n" +
+	"\x16cut_egress_connections\x18\f \x01(\bR\x14cutEgressConnections\x1a<\n" +
 	"\x0eSetLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aA\n" +
@@ -5496,7 +5773,12 @@ const file_shoal_v1_shoal_proto_rawDesc = "" +
 	"linkTarget\"G\n" +
 	"\tCopyChunk\x12&\n" +
 	"\x04stat\x18\x01 \x01(\v2\x12.shoal.v1.PathStatR\x04stat\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data*S\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data*Y\n" +
+	"\n" +
+	"EgressMode\x12\x1b\n" +
+	"\x17EGRESS_MODE_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13EGRESS_MODE_ENFORCE\x10\x01\x12\x15\n" +
+	"\x11EGRESS_MODE_AUDIT\x10\x02*S\n" +
 	"\bRunState\x12\x19\n" +
 	"\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RUN_STATE_RUNNING\x10\x01\x12\x15\n" +
@@ -5592,229 +5874,239 @@ func file_shoal_v1_shoal_proto_rawDescGZIP() []byte {
 	return file_shoal_v1_shoal_proto_rawDescData
 }
 
-var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_shoal_v1_shoal_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_shoal_v1_shoal_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_shoal_v1_shoal_proto_goTypes = []any{
-	(RunState)(0),                       // 0: shoal.v1.RunState
-	(SandboxPhase)(0),                   // 1: shoal.v1.SandboxPhase
-	(ProviderType)(0),                   // 2: shoal.v1.ProviderType
-	(EventType)(0),                      // 3: shoal.v1.EventType
-	(EventSeverity)(0),                  // 4: shoal.v1.EventSeverity
-	(FileType)(0),                       // 5: shoal.v1.FileType
-	(*ObjectMeta)(nil),                  // 6: shoal.v1.ObjectMeta
-	(*Resources)(nil),                   // 7: shoal.v1.Resources
-	(*SandboxSpec)(nil),                 // 8: shoal.v1.SandboxSpec
-	(*Condition)(nil),                   // 9: shoal.v1.Condition
-	(*SandboxStatus)(nil),               // 10: shoal.v1.SandboxStatus
-	(*Sandbox)(nil),                     // 11: shoal.v1.Sandbox
-	(*Provider)(nil),                    // 12: shoal.v1.Provider
-	(*Preconditions)(nil),               // 13: shoal.v1.Preconditions
-	(*CreateSandboxRequest)(nil),        // 14: shoal.v1.CreateSandboxRequest
-	(*GetSandboxRequest)(nil),           // 15: shoal.v1.GetSandboxRequest
-	(*ListSandboxesRequest)(nil),        // 16: shoal.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil),       // 17: shoal.v1.ListSandboxesResponse
-	(*UpdateSandboxRequest)(nil),        // 18: shoal.v1.UpdateSandboxRequest
-	(*DeleteSandboxRequest)(nil),        // 19: shoal.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil),       // 20: shoal.v1.DeleteSandboxResponse
-	(*WatchSandboxesRequest)(nil),       // 21: shoal.v1.WatchSandboxesRequest
-	(*WatchEvent)(nil),                  // 22: shoal.v1.WatchEvent
-	(*ExecRequest)(nil),                 // 23: shoal.v1.ExecRequest
-	(*TerminalSize)(nil),                // 24: shoal.v1.TerminalSize
-	(*ExecInput)(nil),                   // 25: shoal.v1.ExecInput
-	(*ExecChunk)(nil),                   // 26: shoal.v1.ExecChunk
-	(*LogsRequest)(nil),                 // 27: shoal.v1.LogsRequest
-	(*LogsChunk)(nil),                   // 28: shoal.v1.LogsChunk
-	(*AttachProviderRequest)(nil),       // 29: shoal.v1.AttachProviderRequest
-	(*DetachProviderRequest)(nil),       // 30: shoal.v1.DetachProviderRequest
-	(*StopSandboxRequest)(nil),          // 31: shoal.v1.StopSandboxRequest
-	(*StartSandboxRequest)(nil),         // 32: shoal.v1.StartSandboxRequest
-	(*CreateProviderRequest)(nil),       // 33: shoal.v1.CreateProviderRequest
-	(*GetProviderRequest)(nil),          // 34: shoal.v1.GetProviderRequest
-	(*ListProvidersRequest)(nil),        // 35: shoal.v1.ListProvidersRequest
-	(*ListProvidersResponse)(nil),       // 36: shoal.v1.ListProvidersResponse
-	(*UpdateProviderRequest)(nil),       // 37: shoal.v1.UpdateProviderRequest
-	(*DeleteProviderRequest)(nil),       // 38: shoal.v1.DeleteProviderRequest
-	(*DeleteProviderResponse)(nil),      // 39: shoal.v1.DeleteProviderResponse
-	(*Node)(nil),                        // 40: shoal.v1.Node
-	(*NodeStatus)(nil),                  // 41: shoal.v1.NodeStatus
-	(*ListNodesRequest)(nil),            // 42: shoal.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),           // 43: shoal.v1.ListNodesResponse
-	(*GetNodeRequest)(nil),              // 44: shoal.v1.GetNodeRequest
-	(*CordonNodeRequest)(nil),           // 45: shoal.v1.CordonNodeRequest
-	(*RemoveNodeRequest)(nil),           // 46: shoal.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),          // 47: shoal.v1.RemoveNodeResponse
-	(*DrainNodeRequest)(nil),            // 48: shoal.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),           // 49: shoal.v1.DrainNodeResponse
-	(*ClusterStatusRequest)(nil),        // 50: shoal.v1.ClusterStatusRequest
-	(*Member)(nil),                      // 51: shoal.v1.Member
-	(*ClusterStatus)(nil),               // 52: shoal.v1.ClusterStatus
-	(*ListMembersRequest)(nil),          // 53: shoal.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),         // 54: shoal.v1.ListMembersResponse
-	(*AddMemberRequest)(nil),            // 55: shoal.v1.AddMemberRequest
-	(*AddMemberResponse)(nil),           // 56: shoal.v1.AddMemberResponse
-	(*RemoveMemberRequest)(nil),         // 57: shoal.v1.RemoveMemberRequest
-	(*PromoteMemberRequest)(nil),        // 58: shoal.v1.PromoteMemberRequest
-	(*SnapshotRequest)(nil),             // 59: shoal.v1.SnapshotRequest
-	(*RotateEncryptionKeyRequest)(nil),  // 60: shoal.v1.RotateEncryptionKeyRequest
-	(*RotateEncryptionKeyResponse)(nil), // 61: shoal.v1.RotateEncryptionKeyResponse
-	(*SnapshotChunk)(nil),               // 62: shoal.v1.SnapshotChunk
-	(*Event)(nil),                       // 63: shoal.v1.Event
-	(*ListEventsRequest)(nil),           // 64: shoal.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 65: shoal.v1.ListEventsResponse
-	(*WatchEventsRequest)(nil),          // 66: shoal.v1.WatchEventsRequest
-	(*CopyToSandboxStart)(nil),          // 67: shoal.v1.CopyToSandboxStart
-	(*CopyToSandboxInput)(nil),          // 68: shoal.v1.CopyToSandboxInput
-	(*CopyToSandboxResponse)(nil),       // 69: shoal.v1.CopyToSandboxResponse
-	(*CopyFromSandboxRequest)(nil),      // 70: shoal.v1.CopyFromSandboxRequest
-	(*PathStat)(nil),                    // 71: shoal.v1.PathStat
-	(*CopyChunk)(nil),                   // 72: shoal.v1.CopyChunk
-	nil,                                 // 73: shoal.v1.ObjectMeta.LabelsEntry
-	nil,                                 // 74: shoal.v1.ObjectMeta.AnnotationsEntry
-	nil,                                 // 75: shoal.v1.SandboxSpec.EnvEntry
-	nil,                                 // 76: shoal.v1.SandboxSpec.NodeSelectorEntry
-	nil,                                 // 77: shoal.v1.Provider.CredentialsEntry
-	nil,                                 // 78: shoal.v1.Provider.ConfigEntry
-	nil,                                 // 79: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	nil,                                 // 80: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	nil,                                 // 81: shoal.v1.ExecRequest.EnvEntry
-	nil,                                 // 82: shoal.v1.Node.LabelsEntry
-	nil,                                 // 83: shoal.v1.Event.DetailsEntry
-	(*timestamppb.Timestamp)(nil),       // 84: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 85: google.protobuf.Duration
+	(EgressMode)(0),                     // 0: shoal.v1.EgressMode
+	(RunState)(0),                       // 1: shoal.v1.RunState
+	(SandboxPhase)(0),                   // 2: shoal.v1.SandboxPhase
+	(ProviderType)(0),                   // 3: shoal.v1.ProviderType
+	(EventType)(0),                      // 4: shoal.v1.EventType
+	(EventSeverity)(0),                  // 5: shoal.v1.EventSeverity
+	(FileType)(0),                       // 6: shoal.v1.FileType
+	(*ObjectMeta)(nil),                  // 7: shoal.v1.ObjectMeta
+	(*Resources)(nil),                   // 8: shoal.v1.Resources
+	(*SandboxSpec)(nil),                 // 9: shoal.v1.SandboxSpec
+	(*EgressPolicy)(nil),                // 10: shoal.v1.EgressPolicy
+	(*EgressRule)(nil),                  // 11: shoal.v1.EgressRule
+	(*Condition)(nil),                   // 12: shoal.v1.Condition
+	(*SandboxStatus)(nil),               // 13: shoal.v1.SandboxStatus
+	(*Sandbox)(nil),                     // 14: shoal.v1.Sandbox
+	(*Provider)(nil),                    // 15: shoal.v1.Provider
+	(*Preconditions)(nil),               // 16: shoal.v1.Preconditions
+	(*CreateSandboxRequest)(nil),        // 17: shoal.v1.CreateSandboxRequest
+	(*GetSandboxRequest)(nil),           // 18: shoal.v1.GetSandboxRequest
+	(*ListSandboxesRequest)(nil),        // 19: shoal.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),       // 20: shoal.v1.ListSandboxesResponse
+	(*UpdateSandboxRequest)(nil),        // 21: shoal.v1.UpdateSandboxRequest
+	(*DeleteSandboxRequest)(nil),        // 22: shoal.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),       // 23: shoal.v1.DeleteSandboxResponse
+	(*WatchSandboxesRequest)(nil),       // 24: shoal.v1.WatchSandboxesRequest
+	(*WatchEvent)(nil),                  // 25: shoal.v1.WatchEvent
+	(*ExecRequest)(nil),                 // 26: shoal.v1.ExecRequest
+	(*TerminalSize)(nil),                // 27: shoal.v1.TerminalSize
+	(*ExecInput)(nil),                   // 28: shoal.v1.ExecInput
+	(*ExecChunk)(nil),                   // 29: shoal.v1.ExecChunk
+	(*LogsRequest)(nil),                 // 30: shoal.v1.LogsRequest
+	(*LogsChunk)(nil),                   // 31: shoal.v1.LogsChunk
+	(*AttachProviderRequest)(nil),       // 32: shoal.v1.AttachProviderRequest
+	(*DetachProviderRequest)(nil),       // 33: shoal.v1.DetachProviderRequest
+	(*StopSandboxRequest)(nil),          // 34: shoal.v1.StopSandboxRequest
+	(*StartSandboxRequest)(nil),         // 35: shoal.v1.StartSandboxRequest
+	(*CreateProviderRequest)(nil),       // 36: shoal.v1.CreateProviderRequest
+	(*GetProviderRequest)(nil),          // 37: shoal.v1.GetProviderRequest
+	(*ListProvidersRequest)(nil),        // 38: shoal.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil),       // 39: shoal.v1.ListProvidersResponse
+	(*UpdateProviderRequest)(nil),       // 40: shoal.v1.UpdateProviderRequest
+	(*DeleteProviderRequest)(nil),       // 41: shoal.v1.DeleteProviderRequest
+	(*DeleteProviderResponse)(nil),      // 42: shoal.v1.DeleteProviderResponse
+	(*Node)(nil),                        // 43: shoal.v1.Node
+	(*NodeStatus)(nil),                  // 44: shoal.v1.NodeStatus
+	(*ListNodesRequest)(nil),            // 45: shoal.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),           // 46: shoal.v1.ListNodesResponse
+	(*GetNodeRequest)(nil),              // 47: shoal.v1.GetNodeRequest
+	(*CordonNodeRequest)(nil),           // 48: shoal.v1.CordonNodeRequest
+	(*RemoveNodeRequest)(nil),           // 49: shoal.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),          // 50: shoal.v1.RemoveNodeResponse
+	(*DrainNodeRequest)(nil),            // 51: shoal.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),           // 52: shoal.v1.DrainNodeResponse
+	(*ClusterStatusRequest)(nil),        // 53: shoal.v1.ClusterStatusRequest
+	(*Member)(nil),                      // 54: shoal.v1.Member
+	(*ClusterStatus)(nil),               // 55: shoal.v1.ClusterStatus
+	(*ListMembersRequest)(nil),          // 56: shoal.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),         // 57: shoal.v1.ListMembersResponse
+	(*AddMemberRequest)(nil),            // 58: shoal.v1.AddMemberRequest
+	(*AddMemberResponse)(nil),           // 59: shoal.v1.AddMemberResponse
+	(*RemoveMemberRequest)(nil),         // 60: shoal.v1.RemoveMemberRequest
+	(*PromoteMemberRequest)(nil),        // 61: shoal.v1.PromoteMemberRequest
+	(*SnapshotRequest)(nil),             // 62: shoal.v1.SnapshotRequest
+	(*RotateEncryptionKeyRequest)(nil),  // 63: shoal.v1.RotateEncryptionKeyRequest
+	(*RotateEncryptionKeyResponse)(nil), // 64: shoal.v1.RotateEncryptionKeyResponse
+	(*SnapshotChunk)(nil),               // 65: shoal.v1.SnapshotChunk
+	(*Event)(nil),                       // 66: shoal.v1.Event
+	(*ListEventsRequest)(nil),           // 67: shoal.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 68: shoal.v1.ListEventsResponse
+	(*WatchEventsRequest)(nil),          // 69: shoal.v1.WatchEventsRequest
+	(*CopyToSandboxStart)(nil),          // 70: shoal.v1.CopyToSandboxStart
+	(*CopyToSandboxInput)(nil),          // 71: shoal.v1.CopyToSandboxInput
+	(*CopyToSandboxResponse)(nil),       // 72: shoal.v1.CopyToSandboxResponse
+	(*CopyFromSandboxRequest)(nil),      // 73: shoal.v1.CopyFromSandboxRequest
+	(*PathStat)(nil),                    // 74: shoal.v1.PathStat
+	(*CopyChunk)(nil),                   // 75: shoal.v1.CopyChunk
+	nil,                                 // 76: shoal.v1.ObjectMeta.LabelsEntry
+	nil,                                 // 77: shoal.v1.ObjectMeta.AnnotationsEntry
+	nil,                                 // 78: shoal.v1.SandboxSpec.EnvEntry
+	nil,                                 // 79: shoal.v1.SandboxSpec.NodeSelectorEntry
+	nil,                                 // 80: shoal.v1.Provider.CredentialsEntry
+	nil,                                 // 81: shoal.v1.Provider.ConfigEntry
+	nil,                                 // 82: shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	nil,                                 // 83: shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	nil,                                 // 84: shoal.v1.ExecRequest.EnvEntry
+	nil,                                 // 85: shoal.v1.Node.LabelsEntry
+	nil,                                 // 86: shoal.v1.Event.DetailsEntry
+	(*timestamppb.Timestamp)(nil),       // 87: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 88: google.protobuf.Duration
 }
 var file_shoal_v1_shoal_proto_depIdxs = []int32{
-	73, // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
-	74, // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
-	84, // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
-	84, // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
-	75, // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
-	7,  // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
-	76, // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
-	0,  // 7: shoal.v1.SandboxSpec.run_state:type_name -> shoal.v1.RunState
-	85, // 8: shoal.v1.SandboxSpec.stop_grace:type_name -> google.protobuf.Duration
-	84, // 9: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
-	1,  // 10: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
-	9,  // 11: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
-	6,  // 12: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
-	8,  // 13: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
-	10, // 14: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
-	6,  // 15: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
-	2,  // 16: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
-	77, // 17: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
-	78, // 18: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
-	11, // 19: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
-	11, // 20: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
-	79, // 21: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
-	80, // 22: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
-	13, // 23: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
-	11, // 24: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
-	3,  // 25: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
-	11, // 26: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
-	81, // 27: shoal.v1.ExecRequest.env:type_name -> shoal.v1.ExecRequest.EnvEntry
-	85, // 28: shoal.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
-	24, // 29: shoal.v1.ExecRequest.terminal_size:type_name -> shoal.v1.TerminalSize
-	23, // 30: shoal.v1.ExecInput.start:type_name -> shoal.v1.ExecRequest
-	24, // 31: shoal.v1.ExecInput.resize:type_name -> shoal.v1.TerminalSize
-	85, // 32: shoal.v1.StopSandboxRequest.grace:type_name -> google.protobuf.Duration
-	12, // 33: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
-	12, // 34: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
-	12, // 35: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
-	13, // 36: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
-	12, // 37: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
-	82, // 38: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
-	84, // 39: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
-	41, // 40: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
-	9,  // 41: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
-	84, // 42: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
-	40, // 43: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
-	40, // 44: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
-	51, // 45: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
-	84, // 46: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
-	84, // 47: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
-	51, // 48: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
-	51, // 49: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
-	4,  // 50: shoal.v1.Event.severity:type_name -> shoal.v1.EventSeverity
-	83, // 51: shoal.v1.Event.details:type_name -> shoal.v1.Event.DetailsEntry
-	84, // 52: shoal.v1.Event.first_time:type_name -> google.protobuf.Timestamp
-	84, // 53: shoal.v1.Event.last_time:type_name -> google.protobuf.Timestamp
-	63, // 54: shoal.v1.ListEventsResponse.items:type_name -> shoal.v1.Event
-	67, // 55: shoal.v1.CopyToSandboxInput.start:type_name -> shoal.v1.CopyToSandboxStart
-	5,  // 56: shoal.v1.PathStat.type:type_name -> shoal.v1.FileType
-	84, // 57: shoal.v1.PathStat.mtime:type_name -> google.protobuf.Timestamp
-	71, // 58: shoal.v1.CopyChunk.stat:type_name -> shoal.v1.PathStat
-	14, // 59: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
-	15, // 60: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
-	16, // 61: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
-	18, // 62: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
-	19, // 63: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
-	21, // 64: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
-	23, // 65: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
-	25, // 66: shoal.v1.Shoal.ExecInteractive:input_type -> shoal.v1.ExecInput
-	27, // 67: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
-	29, // 68: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
-	30, // 69: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
-	31, // 70: shoal.v1.Shoal.StopSandbox:input_type -> shoal.v1.StopSandboxRequest
-	32, // 71: shoal.v1.Shoal.StartSandbox:input_type -> shoal.v1.StartSandboxRequest
-	33, // 72: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
-	34, // 73: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
-	35, // 74: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
-	37, // 75: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
-	38, // 76: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
-	64, // 77: shoal.v1.Shoal.ListEvents:input_type -> shoal.v1.ListEventsRequest
-	66, // 78: shoal.v1.Shoal.WatchEvents:input_type -> shoal.v1.WatchEventsRequest
-	68, // 79: shoal.v1.Shoal.CopyToSandbox:input_type -> shoal.v1.CopyToSandboxInput
-	70, // 80: shoal.v1.Shoal.CopyFromSandbox:input_type -> shoal.v1.CopyFromSandboxRequest
-	42, // 81: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
-	44, // 82: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
-	45, // 83: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
-	46, // 84: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
-	48, // 85: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
-	50, // 86: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
-	53, // 87: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
-	55, // 88: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
-	57, // 89: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
-	58, // 90: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
-	59, // 91: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
-	60, // 92: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
-	11, // 93: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
-	11, // 94: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
-	17, // 95: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
-	11, // 96: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
-	20, // 97: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
-	22, // 98: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
-	26, // 99: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
-	26, // 100: shoal.v1.Shoal.ExecInteractive:output_type -> shoal.v1.ExecChunk
-	28, // 101: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
-	11, // 102: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
-	11, // 103: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
-	11, // 104: shoal.v1.Shoal.StopSandbox:output_type -> shoal.v1.Sandbox
-	11, // 105: shoal.v1.Shoal.StartSandbox:output_type -> shoal.v1.Sandbox
-	12, // 106: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
-	12, // 107: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
-	36, // 108: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
-	12, // 109: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
-	39, // 110: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
-	65, // 111: shoal.v1.Shoal.ListEvents:output_type -> shoal.v1.ListEventsResponse
-	63, // 112: shoal.v1.Shoal.WatchEvents:output_type -> shoal.v1.Event
-	69, // 113: shoal.v1.Shoal.CopyToSandbox:output_type -> shoal.v1.CopyToSandboxResponse
-	72, // 114: shoal.v1.Shoal.CopyFromSandbox:output_type -> shoal.v1.CopyChunk
-	43, // 115: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
-	40, // 116: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
-	40, // 117: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
-	47, // 118: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
-	49, // 119: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
-	52, // 120: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
-	54, // 121: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
-	56, // 122: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
-	54, // 123: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
-	54, // 124: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
-	62, // 125: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
-	61, // 126: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
-	93, // [93:127] is the sub-list for method output_type
-	59, // [59:93] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	76,  // 0: shoal.v1.ObjectMeta.labels:type_name -> shoal.v1.ObjectMeta.LabelsEntry
+	77,  // 1: shoal.v1.ObjectMeta.annotations:type_name -> shoal.v1.ObjectMeta.AnnotationsEntry
+	87,  // 2: shoal.v1.ObjectMeta.created_at:type_name -> google.protobuf.Timestamp
+	87,  // 3: shoal.v1.ObjectMeta.deletion_timestamp:type_name -> google.protobuf.Timestamp
+	78,  // 4: shoal.v1.SandboxSpec.env:type_name -> shoal.v1.SandboxSpec.EnvEntry
+	8,   // 5: shoal.v1.SandboxSpec.resources:type_name -> shoal.v1.Resources
+	79,  // 6: shoal.v1.SandboxSpec.node_selector:type_name -> shoal.v1.SandboxSpec.NodeSelectorEntry
+	1,   // 7: shoal.v1.SandboxSpec.run_state:type_name -> shoal.v1.RunState
+	88,  // 8: shoal.v1.SandboxSpec.stop_grace:type_name -> google.protobuf.Duration
+	10,  // 9: shoal.v1.SandboxSpec.egress:type_name -> shoal.v1.EgressPolicy
+	11,  // 10: shoal.v1.EgressPolicy.rules:type_name -> shoal.v1.EgressRule
+	0,   // 11: shoal.v1.EgressPolicy.mode:type_name -> shoal.v1.EgressMode
+	87,  // 12: shoal.v1.Condition.last_transition_time:type_name -> google.protobuf.Timestamp
+	2,   // 13: shoal.v1.SandboxStatus.phase:type_name -> shoal.v1.SandboxPhase
+	12,  // 14: shoal.v1.SandboxStatus.conditions:type_name -> shoal.v1.Condition
+	7,   // 15: shoal.v1.Sandbox.meta:type_name -> shoal.v1.ObjectMeta
+	9,   // 16: shoal.v1.Sandbox.spec:type_name -> shoal.v1.SandboxSpec
+	13,  // 17: shoal.v1.Sandbox.status:type_name -> shoal.v1.SandboxStatus
+	7,   // 18: shoal.v1.Provider.meta:type_name -> shoal.v1.ObjectMeta
+	3,   // 19: shoal.v1.Provider.type:type_name -> shoal.v1.ProviderType
+	80,  // 20: shoal.v1.Provider.credentials:type_name -> shoal.v1.Provider.CredentialsEntry
+	81,  // 21: shoal.v1.Provider.config:type_name -> shoal.v1.Provider.ConfigEntry
+	14,  // 22: shoal.v1.CreateSandboxRequest.sandbox:type_name -> shoal.v1.Sandbox
+	14,  // 23: shoal.v1.ListSandboxesResponse.items:type_name -> shoal.v1.Sandbox
+	82,  // 24: shoal.v1.UpdateSandboxRequest.set_labels:type_name -> shoal.v1.UpdateSandboxRequest.SetLabelsEntry
+	83,  // 25: shoal.v1.UpdateSandboxRequest.set_annotations:type_name -> shoal.v1.UpdateSandboxRequest.SetAnnotationsEntry
+	10,  // 26: shoal.v1.UpdateSandboxRequest.set_egress:type_name -> shoal.v1.EgressPolicy
+	11,  // 27: shoal.v1.UpdateSandboxRequest.add_egress_rules:type_name -> shoal.v1.EgressRule
+	11,  // 28: shoal.v1.UpdateSandboxRequest.remove_egress_rules:type_name -> shoal.v1.EgressRule
+	0,   // 29: shoal.v1.UpdateSandboxRequest.egress_mode:type_name -> shoal.v1.EgressMode
+	16,  // 30: shoal.v1.DeleteSandboxRequest.preconditions:type_name -> shoal.v1.Preconditions
+	14,  // 31: shoal.v1.DeleteSandboxResponse.sandbox:type_name -> shoal.v1.Sandbox
+	4,   // 32: shoal.v1.WatchEvent.type:type_name -> shoal.v1.EventType
+	14,  // 33: shoal.v1.WatchEvent.sandbox:type_name -> shoal.v1.Sandbox
+	84,  // 34: shoal.v1.ExecRequest.env:type_name -> shoal.v1.ExecRequest.EnvEntry
+	88,  // 35: shoal.v1.ExecRequest.timeout:type_name -> google.protobuf.Duration
+	27,  // 36: shoal.v1.ExecRequest.terminal_size:type_name -> shoal.v1.TerminalSize
+	26,  // 37: shoal.v1.ExecInput.start:type_name -> shoal.v1.ExecRequest
+	27,  // 38: shoal.v1.ExecInput.resize:type_name -> shoal.v1.TerminalSize
+	88,  // 39: shoal.v1.StopSandboxRequest.grace:type_name -> google.protobuf.Duration
+	15,  // 40: shoal.v1.CreateProviderRequest.provider:type_name -> shoal.v1.Provider
+	15,  // 41: shoal.v1.ListProvidersResponse.items:type_name -> shoal.v1.Provider
+	15,  // 42: shoal.v1.UpdateProviderRequest.provider:type_name -> shoal.v1.Provider
+	16,  // 43: shoal.v1.DeleteProviderRequest.preconditions:type_name -> shoal.v1.Preconditions
+	15,  // 44: shoal.v1.DeleteProviderResponse.provider:type_name -> shoal.v1.Provider
+	85,  // 45: shoal.v1.Node.labels:type_name -> shoal.v1.Node.LabelsEntry
+	87,  // 46: shoal.v1.Node.started_at:type_name -> google.protobuf.Timestamp
+	44,  // 47: shoal.v1.Node.status:type_name -> shoal.v1.NodeStatus
+	12,  // 48: shoal.v1.Node.conditions:type_name -> shoal.v1.Condition
+	87,  // 49: shoal.v1.NodeStatus.last_seen:type_name -> google.protobuf.Timestamp
+	43,  // 50: shoal.v1.ListNodesResponse.items:type_name -> shoal.v1.Node
+	43,  // 51: shoal.v1.DrainNodeResponse.node:type_name -> shoal.v1.Node
+	54,  // 52: shoal.v1.ClusterStatus.members:type_name -> shoal.v1.Member
+	87,  // 53: shoal.v1.ClusterStatus.leader_since:type_name -> google.protobuf.Timestamp
+	87,  // 54: shoal.v1.ClusterStatus.leader_synced:type_name -> google.protobuf.Timestamp
+	54,  // 55: shoal.v1.ListMembersResponse.members:type_name -> shoal.v1.Member
+	54,  // 56: shoal.v1.AddMemberResponse.member:type_name -> shoal.v1.Member
+	5,   // 57: shoal.v1.Event.severity:type_name -> shoal.v1.EventSeverity
+	86,  // 58: shoal.v1.Event.details:type_name -> shoal.v1.Event.DetailsEntry
+	87,  // 59: shoal.v1.Event.first_time:type_name -> google.protobuf.Timestamp
+	87,  // 60: shoal.v1.Event.last_time:type_name -> google.protobuf.Timestamp
+	66,  // 61: shoal.v1.ListEventsResponse.items:type_name -> shoal.v1.Event
+	70,  // 62: shoal.v1.CopyToSandboxInput.start:type_name -> shoal.v1.CopyToSandboxStart
+	6,   // 63: shoal.v1.PathStat.type:type_name -> shoal.v1.FileType
+	87,  // 64: shoal.v1.PathStat.mtime:type_name -> google.protobuf.Timestamp
+	74,  // 65: shoal.v1.CopyChunk.stat:type_name -> shoal.v1.PathStat
+	17,  // 66: shoal.v1.Shoal.CreateSandbox:input_type -> shoal.v1.CreateSandboxRequest
+	18,  // 67: shoal.v1.Shoal.GetSandbox:input_type -> shoal.v1.GetSandboxRequest
+	19,  // 68: shoal.v1.Shoal.ListSandboxes:input_type -> shoal.v1.ListSandboxesRequest
+	21,  // 69: shoal.v1.Shoal.UpdateSandbox:input_type -> shoal.v1.UpdateSandboxRequest
+	22,  // 70: shoal.v1.Shoal.DeleteSandbox:input_type -> shoal.v1.DeleteSandboxRequest
+	24,  // 71: shoal.v1.Shoal.WatchSandboxes:input_type -> shoal.v1.WatchSandboxesRequest
+	26,  // 72: shoal.v1.Shoal.Exec:input_type -> shoal.v1.ExecRequest
+	28,  // 73: shoal.v1.Shoal.ExecInteractive:input_type -> shoal.v1.ExecInput
+	30,  // 74: shoal.v1.Shoal.Logs:input_type -> shoal.v1.LogsRequest
+	32,  // 75: shoal.v1.Shoal.AttachProvider:input_type -> shoal.v1.AttachProviderRequest
+	33,  // 76: shoal.v1.Shoal.DetachProvider:input_type -> shoal.v1.DetachProviderRequest
+	34,  // 77: shoal.v1.Shoal.StopSandbox:input_type -> shoal.v1.StopSandboxRequest
+	35,  // 78: shoal.v1.Shoal.StartSandbox:input_type -> shoal.v1.StartSandboxRequest
+	36,  // 79: shoal.v1.Shoal.CreateProvider:input_type -> shoal.v1.CreateProviderRequest
+	37,  // 80: shoal.v1.Shoal.GetProvider:input_type -> shoal.v1.GetProviderRequest
+	38,  // 81: shoal.v1.Shoal.ListProviders:input_type -> shoal.v1.ListProvidersRequest
+	40,  // 82: shoal.v1.Shoal.UpdateProvider:input_type -> shoal.v1.UpdateProviderRequest
+	41,  // 83: shoal.v1.Shoal.DeleteProvider:input_type -> shoal.v1.DeleteProviderRequest
+	67,  // 84: shoal.v1.Shoal.ListEvents:input_type -> shoal.v1.ListEventsRequest
+	69,  // 85: shoal.v1.Shoal.WatchEvents:input_type -> shoal.v1.WatchEventsRequest
+	71,  // 86: shoal.v1.Shoal.CopyToSandbox:input_type -> shoal.v1.CopyToSandboxInput
+	73,  // 87: shoal.v1.Shoal.CopyFromSandbox:input_type -> shoal.v1.CopyFromSandboxRequest
+	45,  // 88: shoal.v1.Cluster.ListNodes:input_type -> shoal.v1.ListNodesRequest
+	47,  // 89: shoal.v1.Cluster.GetNode:input_type -> shoal.v1.GetNodeRequest
+	48,  // 90: shoal.v1.Cluster.CordonNode:input_type -> shoal.v1.CordonNodeRequest
+	49,  // 91: shoal.v1.Cluster.RemoveNode:input_type -> shoal.v1.RemoveNodeRequest
+	51,  // 92: shoal.v1.Cluster.DrainNode:input_type -> shoal.v1.DrainNodeRequest
+	53,  // 93: shoal.v1.Cluster.Status:input_type -> shoal.v1.ClusterStatusRequest
+	56,  // 94: shoal.v1.Cluster.ListMembers:input_type -> shoal.v1.ListMembersRequest
+	58,  // 95: shoal.v1.Cluster.AddMember:input_type -> shoal.v1.AddMemberRequest
+	60,  // 96: shoal.v1.Cluster.RemoveMember:input_type -> shoal.v1.RemoveMemberRequest
+	61,  // 97: shoal.v1.Cluster.PromoteMember:input_type -> shoal.v1.PromoteMemberRequest
+	62,  // 98: shoal.v1.Cluster.Snapshot:input_type -> shoal.v1.SnapshotRequest
+	63,  // 99: shoal.v1.Cluster.RotateEncryptionKey:input_type -> shoal.v1.RotateEncryptionKeyRequest
+	14,  // 100: shoal.v1.Shoal.CreateSandbox:output_type -> shoal.v1.Sandbox
+	14,  // 101: shoal.v1.Shoal.GetSandbox:output_type -> shoal.v1.Sandbox
+	20,  // 102: shoal.v1.Shoal.ListSandboxes:output_type -> shoal.v1.ListSandboxesResponse
+	14,  // 103: shoal.v1.Shoal.UpdateSandbox:output_type -> shoal.v1.Sandbox
+	23,  // 104: shoal.v1.Shoal.DeleteSandbox:output_type -> shoal.v1.DeleteSandboxResponse
+	25,  // 105: shoal.v1.Shoal.WatchSandboxes:output_type -> shoal.v1.WatchEvent
+	29,  // 106: shoal.v1.Shoal.Exec:output_type -> shoal.v1.ExecChunk
+	29,  // 107: shoal.v1.Shoal.ExecInteractive:output_type -> shoal.v1.ExecChunk
+	31,  // 108: shoal.v1.Shoal.Logs:output_type -> shoal.v1.LogsChunk
+	14,  // 109: shoal.v1.Shoal.AttachProvider:output_type -> shoal.v1.Sandbox
+	14,  // 110: shoal.v1.Shoal.DetachProvider:output_type -> shoal.v1.Sandbox
+	14,  // 111: shoal.v1.Shoal.StopSandbox:output_type -> shoal.v1.Sandbox
+	14,  // 112: shoal.v1.Shoal.StartSandbox:output_type -> shoal.v1.Sandbox
+	15,  // 113: shoal.v1.Shoal.CreateProvider:output_type -> shoal.v1.Provider
+	15,  // 114: shoal.v1.Shoal.GetProvider:output_type -> shoal.v1.Provider
+	39,  // 115: shoal.v1.Shoal.ListProviders:output_type -> shoal.v1.ListProvidersResponse
+	15,  // 116: shoal.v1.Shoal.UpdateProvider:output_type -> shoal.v1.Provider
+	42,  // 117: shoal.v1.Shoal.DeleteProvider:output_type -> shoal.v1.DeleteProviderResponse
+	68,  // 118: shoal.v1.Shoal.ListEvents:output_type -> shoal.v1.ListEventsResponse
+	66,  // 119: shoal.v1.Shoal.WatchEvents:output_type -> shoal.v1.Event
+	72,  // 120: shoal.v1.Shoal.CopyToSandbox:output_type -> shoal.v1.CopyToSandboxResponse
+	75,  // 121: shoal.v1.Shoal.CopyFromSandbox:output_type -> shoal.v1.CopyChunk
+	46,  // 122: shoal.v1.Cluster.ListNodes:output_type -> shoal.v1.ListNodesResponse
+	43,  // 123: shoal.v1.Cluster.GetNode:output_type -> shoal.v1.Node
+	43,  // 124: shoal.v1.Cluster.CordonNode:output_type -> shoal.v1.Node
+	50,  // 125: shoal.v1.Cluster.RemoveNode:output_type -> shoal.v1.RemoveNodeResponse
+	52,  // 126: shoal.v1.Cluster.DrainNode:output_type -> shoal.v1.DrainNodeResponse
+	55,  // 127: shoal.v1.Cluster.Status:output_type -> shoal.v1.ClusterStatus
+	57,  // 128: shoal.v1.Cluster.ListMembers:output_type -> shoal.v1.ListMembersResponse
+	59,  // 129: shoal.v1.Cluster.AddMember:output_type -> shoal.v1.AddMemberResponse
+	57,  // 130: shoal.v1.Cluster.RemoveMember:output_type -> shoal.v1.ListMembersResponse
+	57,  // 131: shoal.v1.Cluster.PromoteMember:output_type -> shoal.v1.ListMembersResponse
+	65,  // 132: shoal.v1.Cluster.Snapshot:output_type -> shoal.v1.SnapshotChunk
+	64,  // 133: shoal.v1.Cluster.RotateEncryptionKey:output_type -> shoal.v1.RotateEncryptionKeyResponse
+	100, // [100:134] is the sub-list for method output_type
+	66,  // [66:100] is the sub-list for method input_type
+	66,  // [66:66] is the sub-list for extension type_name
+	66,  // [66:66] is the sub-list for extension extendee
+	0,   // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_shoal_v1_shoal_proto_init() }
@@ -5822,13 +6114,13 @@ func file_shoal_v1_shoal_proto_init() {
 	if File_shoal_v1_shoal_proto != nil {
 		return
 	}
-	file_shoal_v1_shoal_proto_msgTypes[19].OneofWrappers = []any{
+	file_shoal_v1_shoal_proto_msgTypes[21].OneofWrappers = []any{
 		(*ExecInput_Start)(nil),
 		(*ExecInput_Stdin)(nil),
 		(*ExecInput_CloseStdin)(nil),
 		(*ExecInput_Resize)(nil),
 	}
-	file_shoal_v1_shoal_proto_msgTypes[62].OneofWrappers = []any{
+	file_shoal_v1_shoal_proto_msgTypes[64].OneofWrappers = []any{
 		(*CopyToSandboxInput_Start)(nil),
 		(*CopyToSandboxInput_Data)(nil),
 	}
@@ -5837,8 +6129,8 @@ func file_shoal_v1_shoal_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shoal_v1_shoal_proto_rawDesc), len(file_shoal_v1_shoal_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   78,
+			NumEnums:      7,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
