@@ -37,6 +37,16 @@ const (
 	EngineUnavailable Reason = "EngineUnavailable"
 	EngineAvailable   Reason = "EngineAvailable"
 
+	// EgressApplied: the owning node enforces a new version of the
+	// sandbox's egress policy. EgressRefused: the node's proxy refused a
+	// connection of the sandbox (host, port and reason in the message).
+	// EgressAudited: in audit mode, a connection enforce would have
+	// refused was admitted. Refused and audited decisions are sampled
+	// (the message says how many were left out).
+	EgressApplied Reason = "EgressApplied"
+	EgressRefused Reason = "EgressRefused"
+	EgressAudited Reason = "EgressAudited"
+
 	NodeLost Reason = "NodeLost"
 	Fenced   Reason = "Fenced"
 	Removed  Reason = "Removed"
@@ -72,6 +82,9 @@ var reasons = map[Reason]reasonInfo{
 	FailedTeardown:    {ReporterAgent, true},
 	EngineUnavailable: {ReporterAgent, true},
 	EngineAvailable:   {ReporterAgent, false},
+	EgressApplied:     {ReporterAgent, false},
+	EgressRefused:     {ReporterAgent, true},
+	EgressAudited:     {ReporterAgent, true},
 	NodeLost:          {ReporterLeader, true},
 	Fenced:            {ReporterLeader, true},
 	Removed:           {ReporterLeader, false},
