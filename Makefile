@@ -11,6 +11,7 @@ LAB_BIN   ?= bin/shoal-lab
 SHIM_BIN  ?= $(dir $(BIN))shoal-egress-shim
 IMAGE     ?= shoal/sandbox:dev
 NODE_IMAGE ?= shoal/node:dev
+EGRESS_IMAGE ?= shoal/egress:dev
 GOBIN     ?= $(shell $(GO) env GOPATH)/bin
 # make install copies the binaries to $(PREFIX)/bin when PREFIX is set,
 # else to the first GOPATH entry's bin (where go install puts commands).
@@ -100,8 +101,10 @@ soak: build image
 soak-cluster: build image
 	$(LAB_BIN) chaos soak --shoal-binary $(abspath $(BIN)) --cluster 3 --duration $(SOAK_DURATION) --report reports/soak-cluster
 
+# The sandbox image and the egress sidecar's (deploy/egress).
 image:
 	./deploy/image/build.sh $(IMAGE)
+	GO=$(GO) ./deploy/egress/build.sh $(EGRESS_IMAGE)
 
 node-image:
 	GO=$(GO) VERSION='$(VERSION)' ./deploy/node/build.sh $(NODE_IMAGE)

@@ -55,6 +55,33 @@ type ContainerSpec struct {
 	// Created makes the container without starting it (a sandbox stopped
 	// before its container was made); Run then starts none it finds.
 	Created bool
+	// Egress: the sandbox has egress rules. Its container has no network
+	// of its own whatever the node's sandbox network (package egress: the
+	// only way out is the proxy), and is told the proxy (ProxyEnv).
+	Egress bool
+}
+
+// EgressProxy is the address a sandbox's programs are given as their
+// proxy: the egress sidecar listens there, inside the sandbox's own
+// network namespace (package egress).
+const EgressProxy = "http://127.0.0.1:3128"
+
+// ProxyEnv is the environment that announces the egress proxy, in the
+// upper- and lower-case forms programs read (busybox wget reads
+// http_proxy; curl reads https_proxy and HTTPS_PROXY).
+var ProxyEnv = []string{
+	"HTTP_PROXY=" + EgressProxy, "HTTPS_PROXY=" + EgressProxy, "NO_PROXY=localhost,127.0.0.1",
+	"http_proxy=" + EgressProxy, "https_proxy=" + EgressProxy, "no_proxy=localhost,127.0.0.1",
+}
+
+// EgressSidecar is what a sandbox's egress sidecar needs: the sandbox's
+// uid, its running container (whose network namespace the sidecar
+// joins), and the host directory holding the unix socket the node's
+// proxy serves that sandbox on (bind-mounted into the sidecar alone).
+type EgressSidecar struct {
+	UID       string
+	Container string
+	Dir       string
 }
 
 // Container is what a runtime reports of one of its containers.

@@ -132,8 +132,12 @@ type Config struct {
 	// sandbox watch or Docker event stream is opened again.
 	RestartDelay    time.Duration
 	MaxRestartDelay time.Duration
-	Logger          *slog.Logger
-	Tracer          trace.Tracer
+	// Egress, if set, enforces the sandboxes' egress policies (egress.go);
+	// without it a sandbox with rules is reported not enforced (it keeps
+	// no network at all).
+	Egress *EgressConfig
+	Logger *slog.Logger
+	Tracer trace.Tracer
 }
 
 // DefaultStartupWindow is Config.StartupWindow's default.
@@ -172,6 +176,8 @@ type Agent struct {
 
 	tornDown  recent // events.go: the teardowns recorded as events
 	frozenIDs recent // events.go: the containers freeze paused
+
+	egress *egressState // egress.go; nil without Config.Egress
 }
 
 // runTimeout bounds one container create and start, which shutdown
@@ -247,8 +253,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("shoal/agent")
 	}
-	return &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{}, credFP: map[string]string{},
-		paused: map[string]bool{}, rejoined: make(chan struct{}), stops: map[string]*stopping{}}, nil
+	if e := cfg.Egress; e != nil && (e.Dir == "" || e.Runtime == nil) {
+		return nil, errors.New("agent: egress needs a directory and a runtime")
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{}, credFP: map[string]string{},
+		paused: map[string]bool{}, rejoined: make(chan struct{}), stops: map[string]*stopping{}}
+	a.egress = a.newEgress()
+	return a, nil
 }
 
 // Reaped is the number of orphan containers removed so far.
@@ -410,7 +421,7 @@ func (a *Agent) Start(ctx context.Context) error {
 			}
 			byUID[sb.Meta.Uid] = it
 			attached := users.set(it, sb) // an attach or detach: its files change
-			if sb.Meta.DeletionTimestamp != nil || sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING || runStatePending(sb) || attached {
+			if sb.Meta.DeletionTimestamp != nil || sb.Status.Phase == shoalv1.SandboxPhase_PROVISIONING || runStatePending(sb) || attached || sb.EgressPending() {
 				q.Add(it)
 			}
 		case <-rewatch.C:
@@ -529,8 +540,10 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 	}
 	known := map[string]bool{}
 	recorded := map[string]string{} // uid → the container its record names
+	withEgress := map[string]bool{} // uid → has egress rules and is not being deleted
 	for _, sb := range page.Items {
 		known[sb.Meta.Uid] = true
+		withEgress[sb.Meta.Uid] = sb.HasEgress() && sb.Meta.DeletionTimestamp == nil
 		recorded[sb.Meta.Uid] = sb.GetStatus().GetContainerId()
 		q.Add(item{sb.Meta.Workspace, sb.Meta.Name})
 	}
@@ -568,6 +581,7 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 		}
 	}
 	a.mu.Unlock()
+	a.egressResync(ctx, withEgress)
 	for _, c := range reap {
 		// Re-check the record by name: the lists above are a snapshot. Only
 		// a record that is gone, or is another uid's, makes the container
@@ -655,6 +669,9 @@ func (a *Agent) teardown(ctx context.Context, sb *shoalv1.Sandbox) error {
 	defer func(start time.Time) { a.cfg.Metrics.Teardown(time.Since(start)) }(time.Now())
 	// A stop in flight is not waited out: the removal kills the container.
 	a.cancelStop(sb.Meta.Uid)
+	if err := a.stopEgress(ctx, sb.Meta.Uid); err != nil {
+		return err
+	}
 	if err := a.cfg.Runtime.Remove(ctx, sb.Meta.Uid); err != nil {
 		a.record(sb, events.Event{Reason: events.FailedTeardown, Message: "removing the container failed; trying again: " + err.Error()})
 		return err
@@ -779,7 +796,10 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	if shoal.KindOf(err) == shoal.KindNotFound || (err == nil && (cur.Meta.Uid != sb.Meta.Uid || cur.Meta.DeletionTimestamp != nil)) {
 		return a.cfg.Runtime.RemoveContainer(ctx, id)
 	}
-	return nil
+	if err != nil {
+		return err
+	}
+	return a.syncEgress(ctx, cur, id, state)
 }
 
 // containerEnv is environment, checked: an error that the sandbox's
@@ -881,7 +901,7 @@ func (a *Agent) syncStatus(ctx context.Context, sb *shoalv1.Sandbox) error {
 	if err := a.syncCredentialFiles(ctx, sb, id, st); err != nil {
 		a.log.Warn("credential files not written; will retry", "sandbox", sb.Meta.Name, "err", err)
 	}
-	return a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
+	if err := a.setStatus(ctx, sb, func(s *shoalv1.SandboxStatus) {
 		observe(s, id, st)
 		observeRunState(s, sb, gen, st)
 		if s.Phase == shoalv1.SandboxPhase_STOPPED && !wantStopped(sb) {
@@ -892,7 +912,10 @@ func (a *Agent) syncStatus(ctx context.Context, sb *shoalv1.Sandbox) error {
 				store.SetCondition(s, ConditionStopped, "True", "StoppedByEngine", s.Message)
 			}
 		}
-	})
+	}); err != nil {
+		return err
+	}
+	return a.syncEgress(ctx, sb, id, st)
 }
 
 // observe sets the phase that the container's state means.

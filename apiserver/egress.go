@@ -160,8 +160,15 @@ func dedupeRules(rules []egress.Rule) []egress.Rule {
 // enforces the policy it was created with (READY alone comes before the
 // node's proxy serves it: the first connection would be refused).
 func egressApplied(sb *shoalv1.Sandbox) bool {
-	if !sb.HasEgress() || sb.GetStatus().GetPhase() != shoalv1.SandboxPhase_READY {
+	if !sb.HasEgress() || sb.GetStatus().GetPhase() != shoalv1.SandboxPhase_READY || !sb.EgressPending() {
 		return true
 	}
-	return !sb.EgressPending()
+	// A node that cannot enforce it says so (condition Egress False):
+	// nothing more will come to wait for.
+	for _, c := range sb.GetStatus().GetConditions() {
+		if c.Type == "Egress" && c.Status == "False" && c.Reason != "NoRules" {
+			return true
+		}
+	}
+	return false
 }

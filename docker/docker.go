@@ -52,6 +52,8 @@ type Runtime struct {
 	node    string
 	cluster string
 	network string // the sandboxes' network mode
+	// egressImage is the egress sidecar's image (egress.go).
+	egressImage string
 	logs    container.LogConfig
 	log     *slog.Logger
 	// token marks the execs this Runtime starts (ExecEnv), so that a
@@ -85,6 +87,9 @@ type Config struct {
 	// sandbox fills the host's disk.
 	LogMaxBytes int64
 	LogFiles    int
+	// EgressImage is the egress sidecar's image (egress.go); empty is
+	// DefaultEgressImage.
+	EgressImage string
 	Logger      *slog.Logger
 }
 
@@ -188,7 +193,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		"max-size": strconv.FormatInt(cfg.LogMaxBytes, 10), "max-file": strconv.Itoa(cfg.LogFiles)}}
 	var tok [8]byte
 	_, _ = rand.Read(tok[:]) // never fails (crypto/rand)
-	return &Runtime{cli: cli, node: cfg.Node, cluster: cfg.Cluster, network: network, logs: logs, log: cfg.Logger.With("subsystem", "docker"),
+	if cfg.EgressImage == "" {
+		cfg.EgressImage = DefaultEgressImage
+	}
+	return &Runtime{cli: cli, node: cfg.Node, cluster: cfg.Cluster, network: network, egressImage: cfg.EgressImage, logs: logs, log: cfg.Logger.With("subsystem", "docker"),
 		token: hex.EncodeToString(tok[:])}, nil
 }
 
@@ -296,7 +304,7 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 	cfg := &container.Config{
 		Image: s.Image,
 		Cmd:   s.Command,
-		Env:   s.Env,
+		Env:   r.env(s),
 		Labels: map[string]string{
 			LabelManaged: "true", LabelUID: s.UID, LabelName: s.Name,
 			LabelWorkspace: s.Workspace, LabelNode: r.node, LabelCluster: r.cluster,
@@ -307,7 +315,7 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 		// come and go fast (moby/moby#46661, fixed only after 20.10.24):
 		// the chaos suite wedged the engine that way, every container call
 		// hanging until dockerd was restarted.
-		NetworkDisabled: r.network == NetworkNone,
+		NetworkDisabled: r.networkOf(s) == NetworkNone,
 	}
 	var pids *int64
 	if s.PidsLimit > 0 {
@@ -329,7 +337,7 @@ func (r *Runtime) Run(ctx context.Context, s shoal.ContainerSpec) (id string, er
 		LogConfig: r.logs,
 		// The node's network setting (none by default: sandboxes reach
 		// only what the operator wires up); never the host's.
-		NetworkMode: container.NetworkMode(r.network),
+		NetworkMode: container.NetworkMode(r.networkOf(s)),
 		// No privilege gained through setuid binaries, and only the
 		// capabilities listed; no mounts at all (no Docker socket, no
 		// host path).
@@ -511,6 +519,11 @@ const minSecretLen = 6
 // images committed for it (refresh.go). Removing what is already gone is
 // success.
 func (r *Runtime) Remove(ctx context.Context, uid string) error {
+	// Its egress sidecar first: it lives in the sandbox's network
+	// namespace, and would outlive the sandbox's container.
+	if err := r.RemoveEgress(ctx, uid); err != nil {
+		return err
+	}
 	cs, err := r.byUID(ctx, uid)
 	if err != nil {
 		return err

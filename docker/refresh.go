@@ -113,6 +113,9 @@ func (r *Runtime) Refresh(ctx context.Context, id string, s shoal.ContainerSpec)
 	cfg := *old.Config
 	cfg.Image = imageID
 	cfg.Env = s.Env
+	if old.HostConfig != nil && old.HostConfig.NetworkMode.IsNone() {
+		cfg.Env = withProxyEnv(s.Env) // as Run gave it (egress.go)
+	}
 	// The image's volumes (VOLUME) are not in a commit: the new container
 	// mounts the old one's, which outlive it (a volume in use is not
 	// removed with a container) and go with the sandbox (Remove).

@@ -20,9 +20,10 @@ import (
 
 // Policies gives a sandbox's current policy; ok is false when the sandbox
 // has none (every connection is refused). The proxy asks once per
-// connection, so a policy change applies from the next connection on.
+// connection, so a policy change applies from the next connection on. An
+// error (the policy cannot be read now) refuses the connection with a 503.
 type Policies interface {
-	Policy(sandbox string) (Policy, bool)
+	Policy(ctx context.Context, sandbox string) (p Policy, ok bool, err error)
 }
 
 // Resolver resolves a host name; *net.Resolver is one.
@@ -210,7 +211,12 @@ func (p *Proxy) handle(ctx context.Context, open *shim.Conns, c net.Conn, sandbo
 		refuse(refusal{http.StatusServiceUnavailable, "the node is fenced (cut off from the cluster): no new connections"})
 		return
 	}
-	pol, ok := p.Policies.Policy(sandbox)
+	pol, ok, err := p.Policies.Policy(ctx, sandbox)
+	if err != nil {
+		dec.Verdict = VerdictFailed
+		refuse(refusal{http.StatusServiceUnavailable, "the sandbox's egress policy cannot be read now; try again"})
+		return
+	}
 	if !ok {
 		refuse(refusal{http.StatusForbidden, "no egress policy for this sandbox"})
 		return

@@ -47,11 +47,11 @@ type policyMap struct {
 	m  map[string]Policy
 }
 
-func (pm *policyMap) Policy(sandbox string) (Policy, bool) {
+func (pm *policyMap) Policy(_ context.Context, sandbox string) (Policy, bool, error) {
 	pm.mu.Lock()
 	defer pm.mu.Unlock()
 	p, ok := pm.m[sandbox]
-	return p, ok
+	return p, ok, nil
 }
 
 func (pm *policyMap) set(sandbox string, p Policy) {
@@ -430,7 +430,7 @@ func TestProxyRefusals(t *testing.T) {
 
 func TestProxyAudit(t *testing.T) {
 	e := newEnv(t)
-	p, _ := e.pols.Policy("sb")
+	p, _, _ := e.pols.Policy(context.Background(), "sb")
 	p.Mode, p.Version = ModeAudit, 2
 	e.pols.set("sb", p)
 	for _, tc := range []struct{ target, reason string }{
@@ -466,7 +466,7 @@ func TestProxyPolicyChange(t *testing.T) {
 	}
 	echoOnce(t, c, br, "before")
 
-	old, _ := e.pols.Policy("sb")
+	old, _, _ := e.pols.Policy(context.Background(), "sb")
 	e.pols.set("sb", Policy{Version: 2, Rules: old.Rules[1:]})
 	_, _, code, body := connect(t, "tcp", e.addr, target)
 	if code != 403 {

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,10 @@ type Metrics struct {
 	orphansReaped    prometheus.Counter
 	eventsWritten    prometheus.Counter
 	eventsDropped    *prometheus.CounterVec
+	egressConns      *prometheus.CounterVec
+
+	egressMu        sync.Mutex
+	egressSandboxes map[string]bool // the sandbox label values in use
 }
 
 // New makes the registry with shoal's metrics and Go's process metrics.
@@ -56,10 +61,14 @@ func New() *Metrics {
 		Help: "Labelled containers without a record that this node removed."})
 	m.eventsWritten = prometheus.NewCounter(prometheus.CounterOpts{Name: "shoal_events_written_total",
 		Help: "Sandbox events this node wrote to etcd (a coalesced repeat rewrites its event and counts again)."})
+	m.egressConns = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shoal_egress_connections_total",
+		Help: "Connections the node's egress proxy decided, by decision (admit, refuse, audit, failed) and sandbox (workspace/name; the first MaxEgressSandboxLabels sandboxes a process sees, then \"other\")."},
+		[]string{"decision", "sandbox"})
+	m.egressSandboxes = map[string]bool{}
 	m.eventsDropped = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "shoal_events_dropped_total",
 		Help: "Sandbox events this node recorded but did not write, by reason: queue_full, rate_limited, refused (etcd refused the write), expired (older than --event-ttl before it could be written), shutdown."}, []string{"reason"})
 	m.reg.MustRegister(m.apiRequests, m.apiDuration, m.updateAttempts, m.updateConflicts, m.identicalRetries,
-		m.fencedRejections, m.leaseRenewals, m.etcdRTT, m.teardown, m.provision, m.orphansReaped, m.eventsWritten, m.eventsDropped,
+		m.fencedRejections, m.leaseRenewals, m.etcdRTT, m.teardown, m.provision, m.orphansReaped, m.eventsWritten, m.eventsDropped, m.egressConns,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The known label values start at zero, so that every series exists
 	// (and a rate over it is defined) before its first event.
@@ -150,6 +159,29 @@ func (m *Metrics) OrphanReaped() {
 	if m != nil {
 		m.orphansReaped.Inc()
 	}
+}
+
+// MaxEgressSandboxLabels bounds the sandbox label's values of
+// shoal_egress_connections_total: the series of later sandboxes are
+// counted under "other".
+const MaxEgressSandboxLabels = 256
+
+// EgressConnection counts one decision of the egress proxy for a sandbox
+// (workspace/name).
+func (m *Metrics) EgressConnection(decision, sandbox string) {
+	if m == nil {
+		return
+	}
+	m.egressMu.Lock()
+	if !m.egressSandboxes[sandbox] {
+		if len(m.egressSandboxes) >= MaxEgressSandboxLabels {
+			sandbox = "other"
+		} else {
+			m.egressSandboxes[sandbox] = true
+		}
+	}
+	m.egressMu.Unlock()
+	m.egressConns.WithLabelValues(decision, sandbox).Inc()
 }
 
 // EventDropReasons are the reason label values of

@@ -140,6 +140,12 @@ type Config struct {
 	// SandboxNetwork is the network sandboxes get: docker.NetworkNone (the
 	// default) or docker.NetworkBridge.
 	SandboxNetwork string
+	// EgressDir holds the unix sockets of the node's egress proxy, one
+	// directory per sandbox with rules (agent.EgressConfig.Dir; default
+	// DataDir/egress). EgressImage is the sidecar's image (default
+	// docker.DefaultEgressImage).
+	EgressDir   string
+	EgressImage string
 	// SandboxLogMaxBytes and SandboxLogFiles bound what the engine keeps
 	// of each sandbox's output (docker.Config.LogMaxBytes, LogFiles).
 	SandboxLogMaxBytes int64

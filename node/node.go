@@ -278,7 +278,7 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 	if cfg.Runtime == RuntimeHollow {
 		rt = hollow.New(hollow.Config{Node: cfg.ID, Latency: cfg.HollowLatency})
 	} else if rt, err = docker.New(ctx, docker.Config{Host: cfg.DockerHost, Node: cfg.ID, Cluster: p.cluster, Network: cfg.SandboxNetwork,
-		LogMaxBytes: cfg.SandboxLogMaxBytes, LogFiles: cfg.SandboxLogFiles, Logger: cfg.Logger}); err != nil {
+		LogMaxBytes: cfg.SandboxLogMaxBytes, LogFiles: cfg.SandboxLogFiles, EgressImage: cfg.EgressImage, Logger: cfg.Logger}); err != nil {
 		return p, noEngine(err)
 	}
 	p.closers = append(p.closers, func() { rt.Close() })
@@ -364,7 +364,7 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 		engineGrace = 2 * cfg.NodeTTL
 	}
 	if p.ag, err = agent.New(agent.Config{Node: cfg.ID, Store: st, Runtime: rt, Lease: p.reg, Engine: rt, Conditions: p.reg, EngineGrace: engineGrace, FrozenFile: filepath.Join(cfg.DataDir, frozenFile), Resync: cfg.Resync, OrphanGrace: cfg.OrphanGrace,
-		StartupWindow: cfg.StartupWindow, Limits: cfg.SandboxLimits, Metrics: p.m, Events: p.ev, Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")}); err != nil {
+		StartupWindow: cfg.StartupWindow, Limits: cfg.SandboxLimits, Metrics: p.m, Events: p.ev, Egress: egressConfig(cfg, rt, auditLog), Logger: cfg.Logger, Tracer: tp.Tracer("shoal/agent")}); err != nil {
 		return p, err
 	}
 	// otelgrpc continues a caller's trace (W3C traceparent) into the

@@ -96,6 +96,8 @@ installation's, 1 any other failure.`,
 			&cli.Int64Flag{Name: "sandbox-max-memory-mib", Usage: "refuse sandboxes asking for more memory than `MIB` (0: what the host has)"},
 			&cli.Int64Flag{Name: "sandbox-pids", Value: def.SandboxLimits.Pids, Usage: "at most `N` processes in a sandbox (1 or more: every sandbox is capped)"},
 			&cli.StringFlag{Name: "sandbox-network", Value: def.SandboxNetwork, Usage: "`NETWORK` sandboxes get: none (a loopback of their own) or bridge (the shoal-sandboxes bridge network: outbound traffic, no traffic between sandboxes); never the host's"},
+			&cli.StringFlag{Name: "egress-dir", Usage: "`DIR` for the unix sockets the node's egress proxy serves each sandbox with egress rules on (bind-mounted into that sandbox's sidecar; the engine must see this path as the node does; default: DATA-DIR/egress)"},
+			&cli.StringFlag{Name: "egress-image", Value: "shoal/egress:dev", Usage: "`IMAGE` of the egress sidecar (built by make image; it must be on the node's engine)"},
 			&cli.Int64Flag{Name: "sandbox-log-max-mib", Value: def.SandboxLogMaxBytes >> 20, Usage: "rotate each sandbox's logs (its container's output, as the engine keeps it) at `MIB` (at least 1)"},
 			&cli.IntFlag{Name: "sandbox-log-files", Value: def.SandboxLogFiles, Usage: "keep `N` rotated log files per sandbox (at least 1): at most N × --sandbox-log-max-mib of each sandbox's output is kept"},
 			&cli.StringFlag{Name: "otlp-endpoint", Usage: "export OpenTelemetry traces over OTLP to the collector at `HOST:PORT` (off by default)"},
@@ -175,6 +177,7 @@ installation's, 1 any other failure.`,
 			cfg.SandboxLimits = shoal.SandboxLimits{DefaultCPUMillis: c.Int64("sandbox-cpu-millis"), MaxCPUMillis: c.Int64("sandbox-max-cpu-millis"),
 				DefaultMemoryBytes: c.Int64("sandbox-memory-mib") << 20, MaxMemoryBytes: c.Int64("sandbox-max-memory-mib") << 20, Pids: c.Int64("sandbox-pids")}
 			cfg.SandboxNetwork = c.String("sandbox-network")
+			cfg.EgressDir, cfg.EgressImage = c.String("egress-dir"), c.String("egress-image")
 			cfg.SandboxLogMaxBytes, cfg.SandboxLogFiles = c.Int64("sandbox-log-max-mib")<<20, c.Int("sandbox-log-files")
 			cfg.WatchCache = c.Bool("watch-cache")
 			cfg.OpenShellAPI = c.Bool("openshell-api")

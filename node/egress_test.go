@@ -1,0 +1,233 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/client"
+
+	shoalv1 "shoal/api/shoal/v1"
+	"shoal/docker"
+	"shoal/egress"
+	"shoal/internal/testenv"
+)
+
+// hostAddr is an IPv4 address of one of the host's interfaces other than
+// loopback (docker0 at least): reachable from the node's proxy, and, from
+// a sandbox, only through it.
+func hostAddr(t *testing.T) netip.Addr {
+	t.Helper()
+	as, err := egress.HostAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		if a.Is4() && !a.IsLoopback() {
+			return a
+		}
+	}
+	t.Fatal("the host has no IPv4 address but loopback")
+	return netip.Addr{}
+}
+
+// upstream is a fake internet: an HTTP server on every host address
+// saying who it is.
+func upstream(t *testing.T, name string) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from %s\n", name)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// sbExec runs a command in a sandbox: its stdout, stderr and exit code.
+func sbExec(t *testing.T, ctx context.Context, c shoalv1.ShoalClient, name string, cmd ...string) (string, string, int32) {
+	t.Helper()
+	st, err := c.Exec(ctx, &shoalv1.ExecRequest{Name: name, Command: cmd})
+	if err != nil {
+		t.Fatalf("exec %v in %s: %v", cmd, name, err)
+	}
+	var out, errb strings.Builder
+	for {
+		r, err := st.Recv()
+		if err == io.EOF {
+			t.Fatalf("exec %v in %s: no exit code", cmd, name)
+		}
+		if err != nil {
+			t.Fatalf("exec %v in %s: %v", cmd, name, err)
+		}
+		switch r.GetStream() {
+		case "stdout":
+			out.Write(r.GetData())
+		case "stderr":
+			errb.Write(r.GetData())
+		}
+		if r.GetExited() {
+			return out.String(), errb.String(), r.GetExitCode()
+		}
+	}
+}
+
+func rule(host string, ports ...int) *shoalv1.EgressRule {
+	r := &shoalv1.EgressRule{Host: host}
+	for _, p := range ports {
+		r.Ports = append(r.Ports, uint32(p))
+	}
+	return r
+}
+
+// A sandbox with egress rules reaches what they allow through its node's
+// proxy, and nothing else: not another port, not directly (no route), not
+// the node's own API, not a name that resolves to loopback; it has no
+// capability to change its network. A policy change is in force for the
+// next connection once the write is acknowledged; audit mode admits and
+// records; a stop and start brings a new sidecar; a delete removes it.
+func TestEgressEnforcedOnTheOwner(t *testing.T) {
+	cli := testenv.RequireDocker(t)
+	if _, err := cli.ImageInspect(context.Background(), docker.DefaultEgressImage); err != nil {
+		t.Fatalf("the egress sidecar image %s is missing (run `make image`): %v", docker.DefaultEgressImage, err)
+	}
+	t.Parallel()
+	n := testenv.StartNode(t, testenv.NodeConfig(t))
+	ctx := ctxT(t, 4*time.Minute)
+	c := n.Client
+	host := hostAddr(t).String()
+	allowed, other := upstream(t, "allowed"), upstream(t, "other")
+	url := func(port int) string { return "http://" + net.JoinHostPort(host, strconv.Itoa(port)) + "/" }
+	wget := func(args ...string) (string, string, int32) {
+		return sbExec(t, ctx, c, "eg", append([]string{"timeout", "10", "wget", "-q", "-O", "-"}, args...)...)
+	}
+
+	sb, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
+		Meta: &shoalv1.ObjectMeta{Name: "eg"},
+		Spec: &shoalv1.SandboxSpec{Egress: &shoalv1.EgressPolicy{Rules: []*shoalv1.EgressRule{rule(host, allowed), rule("localhost", allowed)}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.GetStatus().GetPhase() != shoalv1.SandboxPhase_READY || sb.GetSpec().GetEgress().GetVersion() != 1 || sb.GetStatus().GetEgressAppliedVersion() != 1 {
+		t.Fatalf("create --wait returned phase %s, policy version %d, applied %d; want READY, 1, 1 (the wait ends once the node enforces it)",
+			sb.GetStatus().GetPhase(), sb.GetSpec().GetEgress().GetVersion(), sb.GetStatus().GetEgressAppliedVersion())
+	}
+
+	if out, errs, code := wget(url(allowed)); code != 0 || out != "hello from allowed\n" {
+		t.Fatalf("wget of the allowed destination: exit %d, %q, %q; want the upstream's answer", code, out, errs)
+	}
+	refused := func(what string, args ...string) {
+		t.Helper()
+		if out, errs, code := wget(args...); code == 0 {
+			t.Errorf("%s: admitted (%q); want it refused", what, out)
+		} else if strings.Contains(out, "hello") {
+			t.Errorf("%s: exit %d but the upstream answered: %q", what, code, out)
+		} else {
+			t.Logf("%s: refused as it must be (exit %d: %s)", what, code, strings.TrimSpace(errs))
+		}
+	}
+	refused("another port of the same host", url(other))
+	refused("the node's API through the proxy", "http://"+net.JoinHostPort(host, portOf(t, n.Addr()))+"/")
+	refused("the allowed destination without the proxy (no route)", "-Y", "off", url(allowed))
+	refused("the node's API without the proxy", "-Y", "off", "http://"+net.JoinHostPort(host, portOf(t, n.Addr()))+"/")
+	// localhost is allowed by name, but it resolves to loopback: the SSRF
+	// check refuses it (the client must name the proxy explicitly, since
+	// no_proxy covers localhost).
+	if out, _, code := sbExec(t, ctx, c, "eg", "sh", "-c", fmt.Sprintf("printf 'GET http://localhost:%d/ HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n' | nc -w 5 127.0.0.1 3128", allowed)); !strings.Contains(out, "403") || strings.Contains(out, "hello") {
+		t.Errorf("a name resolving to 127.0.0.1 through the proxy: exit %d, %q; want a 403", code, out)
+	}
+	// No capability to change the network (spoofing another sandbox's
+	// address, or leaving loopback): NET_ADMIN (bit 12) and NET_RAW (13)
+	// are not in its effective set.
+	capOut, _, _ := sbExec(t, ctx, c, "eg", "grep", "CapEff", "/proc/self/status")
+	if f := strings.Fields(capOut); len(f) != 2 {
+		t.Errorf("CapEff line %q", capOut)
+	} else if caps, err := strconv.ParseUint(f[1], 16, 64); err != nil || caps&(1<<12|1<<13) != 0 {
+		t.Errorf("sandbox capabilities %q: want neither NET_ADMIN nor NET_RAW", capOut)
+	}
+
+	// A change is in force for the next connection once acknowledged.
+	upd, err := c.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: "eg", AddEgressRules: []*shoalv1.EgressRule{rule(host, other)},
+		RemoveEgressRules: []*shoalv1.EgressRule{rule(host, allowed)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := upd.GetSpec().GetEgress().GetVersion(); v != 2 {
+		t.Fatalf("policy version after the change: %d, want 2", v)
+	}
+	if out, errs, code := wget(url(other)); code != 0 || out != "hello from other\n" {
+		t.Errorf("right after the write: newly allowed port: exit %d, %q, %q", code, out, errs)
+	}
+	refused("right after the write: the removed rule", url(allowed))
+	testenv.Eventually(t, 30*time.Second, "the node reports policy version 2 applied", func() bool {
+		sb, err := c.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "eg"})
+		return err == nil && sb.GetStatus().GetEgressAppliedVersion() == 2
+	})
+
+	// Audit mode admits what enforce refuses, and records it.
+	if _, err := c.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: "eg", EgressMode: shoalv1.EgressMode_EGRESS_MODE_AUDIT}); err != nil {
+		t.Fatal(err)
+	}
+	if out, errs, code := wget(url(allowed)); code != 0 || out != "hello from allowed\n" {
+		t.Errorf("audit mode: exit %d, %q, %q; want it admitted", code, out, errs)
+	}
+	testenv.Eventually(t, 30*time.Second, "EgressRefused and EgressAudited events", func() error {
+		evs, err := c.ListEvents(ctx, &shoalv1.ListEventsRequest{Sandbox: "eg"})
+		if err != nil {
+			return err
+		}
+		seen := map[string]bool{}
+		for _, e := range evs.GetItems() {
+			seen[e.GetReason()] = true
+		}
+		if !seen["EgressRefused"] || !seen["EgressAudited"] || !seen["EgressApplied"] {
+			return fmt.Errorf("reasons seen: %v", seen)
+		}
+		return nil
+	})
+
+	// Stopped and started: a new network namespace, a new sidecar.
+	if _, err := c.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: "eg", EgressMode: shoalv1.EgressMode_EGRESS_MODE_ENFORCE}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StopSandbox(ctx, &shoalv1.StopSandboxRequest{Name: "eg", Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.StartSandbox(ctx, &shoalv1.StartSandboxRequest{Name: "eg", Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, "egress after a stop and a start", func() error {
+		out, errs, code := wget(url(other))
+		if code != 0 || out != "hello from other\n" {
+			return fmt.Errorf("exit %d, %q, %q", code, out, errs)
+		}
+		return nil
+	})
+
+	if _, err := c.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: "eg", Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.ContainerInspect(ctx, "shoal-egress-"+sb.GetMeta().GetUid()); !client.IsErrNotFound(err) {
+		t.Errorf("the sidecar after the delete: %v; want it gone", err)
+	}
+}
+
+func portOf(t *testing.T, addr string) string {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
