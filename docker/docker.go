@@ -54,8 +54,8 @@ type Runtime struct {
 	network string // the sandboxes' network mode
 	// egressImage is the egress sidecar's image (egress.go).
 	egressImage string
-	logs    container.LogConfig
-	log     *slog.Logger
+	logs        container.LogConfig
+	log         *slog.Logger
 	// token marks the execs this Runtime starts (ExecEnv), so that a
 	// later Runtime of the same node (the node restarted) can tell them
 	// from its own: see ReapExecs.

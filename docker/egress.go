@@ -169,4 +169,3 @@ func (r *Runtime) EgressSidecars(ctx context.Context) ([]string, error) {
 
 // short is a container id as docker ps shows it.
 func short(id string) string { return id[:min(12, len(id))] }
-
