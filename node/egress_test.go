@@ -7,8 +7,10 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,18 +60,27 @@ func upstream(t *testing.T, name string) int {
 // sbExec runs a command in a sandbox: its stdout, stderr and exit code.
 func sbExec(t *testing.T, ctx context.Context, c shoalv1.ShoalClient, name string, cmd ...string) (string, string, int32) {
 	t.Helper()
-	st, err := c.Exec(ctx, &shoalv1.ExecRequest{Name: name, Command: cmd})
+	out, errs, code, err := trySbExec(ctx, c, name, cmd...)
 	if err != nil {
 		t.Fatalf("exec %v in %s: %v", cmd, name, err)
+	}
+	return out, errs, code
+}
+
+// trySbExec is sbExec that returns the call's failure.
+func trySbExec(ctx context.Context, c shoalv1.ShoalClient, name string, cmd ...string) (string, string, int32, error) {
+	st, err := c.Exec(ctx, &shoalv1.ExecRequest{Name: name, Command: cmd})
+	if err != nil {
+		return "", "", 0, err
 	}
 	var out, errb strings.Builder
 	for {
 		r, err := st.Recv()
 		if err == io.EOF {
-			t.Fatalf("exec %v in %s: no exit code", cmd, name)
+			return "", "", 0, fmt.Errorf("no exit code")
 		}
 		if err != nil {
-			t.Fatalf("exec %v in %s: %v", cmd, name, err)
+			return "", "", 0, err
 		}
 		switch r.GetStream() {
 		case "stdout":
@@ -78,7 +89,7 @@ func sbExec(t *testing.T, ctx context.Context, c shoalv1.ShoalClient, name strin
 			errb.Write(r.GetData())
 		}
 		if r.GetExited() {
-			return out.String(), errb.String(), r.GetExitCode()
+			return out.String(), errb.String(), r.GetExitCode(), nil
 		}
 	}
 }
@@ -230,4 +241,65 @@ func portOf(t *testing.T, addr string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// A node killed hard takes its proxy with it: its sandboxes' sidecars
+// relay to a socket nothing serves, so nothing gets out while it is down
+// (no open egress is left behind); restarted on the same data dir, it
+// serves them again.
+func TestEgressClosedWhileTheNodeIsDown(t *testing.T) {
+	t.Parallel()
+	dc := testenv.RequireDocker(t)
+	bin := testenv.Binary(t)
+	ctx := ctxT(t, 4*time.Minute)
+	cfg := testenv.NodeConfig(t)
+	api := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	t.Cleanup(func() { testenv.RemoveNodeContainers(t, cfg.ID) })
+	args := []string{"--node-id", cfg.ID, "--data-dir", cfg.DataDir, "--listen", api,
+		"--etcd-listen-client", cfg.EtcdListenClient, "--etcd-listen-peer", cfg.EtcdListenPeer,
+		"--resync", "300ms", "--lease-ttl", "2s"}
+	node1 := startBinaryNode(t, bin, args...)
+	c := dial(t, api)
+	testenv.Eventually(t, time.Minute, "node serving", func() (bool, error) {
+		_, err := c.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{})
+		return err == nil, err
+	})
+	host := hostAddr(t).String()
+	port := upstream(t, "allowed")
+	url := "http://" + net.JoinHostPort(host, strconv.Itoa(port)) + "/"
+	sb, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
+		Meta: &shoalv1.ObjectMeta{Name: "eg"},
+		Spec: &shoalv1.SandboxSpec{Egress: &shoalv1.EgressPolicy{Rules: []*shoalv1.EgressRule{rule(host, port)}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wget := []string{"timeout", "10", "wget", "-q", "-O", "-", url}
+	if out, errs, code := sbExec(t, ctx, c, "eg", wget...); code != 0 || out != "hello from allowed\n" {
+		t.Fatalf("before the kill: exit %d, %q, %q", code, out, errs)
+	}
+	if err := node1.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	node1.Wait()
+	// Straight on the engine: the node is down.
+	out, err := exec.CommandContext(ctx, "docker", "exec", sb.GetStatus().GetContainerId(), wget[0], wget[1], wget[2], wget[3], wget[4], wget[5], wget[6]).CombinedOutput()
+	if err == nil || strings.Contains(string(out), "hello") {
+		t.Fatalf("with the node down: %v, %q; want no way out", err, out)
+	}
+	t.Logf("with the node down: %v: %s", err, strings.TrimSpace(string(out)))
+	if _, err := dc.ContainerInspect(ctx, "shoal-egress-"+sb.GetMeta().GetUid()); err != nil {
+		t.Fatalf("the sidecar should outlive the node process: %v", err)
+	}
+
+	startBinaryNode(t, bin, args...)
+	testenv.Eventually(t, 2*time.Minute, "egress served again after the restart", func() error {
+		out, errs, code, err := trySbExec(ctx, c, "eg", wget...)
+		if err != nil {
+			return err
+		}
+		if code != 0 || out != "hello from allowed\n" {
+			return fmt.Errorf("exit %d, %q, %q", code, out, errs)
+		}
+		return nil
+	})
 }
