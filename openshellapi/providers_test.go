@@ -14,6 +14,7 @@ import (
 	datamodelv1 "shoal/api/openshell/datamodel/v1"
 	openshellv1 "shoal/api/openshell/v1"
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/internal/testenv"
 )
 
 // Providers: the free type round-trips, every read redacts, the update
@@ -153,7 +154,23 @@ func TestProviders(t *testing.T) {
 	redacted("ListSandboxProviders", lsp.Providers[0], "GITLAB_TOKEN", "NEW")
 	_, err = a.DeleteProvider(ctx, &openshellv1.DeleteProviderRequest{Name: "gl"})
 	wantCode(t, "delete an attached provider", err, codes.FailedPrecondition, "sandbox(es): s")
-	dt, err := b.DetachSandboxProvider(ctx, &openshellv1.DetachSandboxProviderRequest{SandboxName: "s", ProviderName: "gl", ExpectedResourceVersion: again.Sandbox.Metadata.ResourceVersion})
+	// At the version last read, as a client does: read again and retry
+	// when the owner wrote the status meanwhile (it syncs the sandbox's
+	// credential files after the attach; CI saw that write land between).
+	var dt *openshellv1.DetachSandboxProviderResponse
+	ver := again.Sandbox.Metadata.ResourceVersion
+	testenv.Eventually(t, 30*time.Second, "detach at the sandbox's current version", func() error {
+		dt, err = b.DetachSandboxProvider(ctx, &openshellv1.DetachSandboxProviderRequest{SandboxName: "s", ProviderName: "gl", ExpectedResourceVersion: ver})
+		if status.Code(err) == codes.Aborted {
+			cur, gerr := b.GetSandbox(ctx, &openshellv1.GetSandboxRequest{Name: "s"})
+			if gerr != nil {
+				return gerr
+			}
+			ver = cur.Sandbox.Metadata.ResourceVersion
+			return err
+		}
+		return nil
+	})
 	if err != nil || !dt.Detached || len(dt.Sandbox.Spec.Providers) != 0 {
 		t.Fatalf("detach: %v %v", dt, err)
 	}

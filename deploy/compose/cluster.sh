@@ -67,6 +67,11 @@ state_file=$state_dir/$project.cluster-id
 # `up` prints for you.
 pki_dir=$state_dir/$project-pki
 export SHOAL_PKI_DIR=$pki_dir
+# The nodes' egress sockets (--egress-dir): the host's engine bind-mounts
+# each sandbox's into its egress sidecar, so each node has it at the same
+# path as the host. Made by `up`, removed by `down`.
+egress_dir=$state_dir/$project-egress
+export SHOAL_EGRESS_DIR=$egress_dir
 # SHOAL_CLUSTER_TLS=0 runs the same cluster in plaintext (--insecure on its
 # private network): what `up` then prints is the endpoints only.
 tls=${SHOAL_CLUSTER_TLS:-1}
@@ -141,6 +146,7 @@ up() {
 		docker image inspect "$img" >/dev/null 2>&1 ||
 			die "image $img is missing on this engine; build it with: make image node-image (or run make cluster)"
 	done
+	mkdir -p "$egress_dir/n1" "$egress_dir/n2" "$egress_dir/n3"
 	if [ ! -s "$pki_dir/ca.crt" ]; then
 		say "making the cluster's CA and certificates in $pki_dir"
 		mkdir -p "$pki_dir"
@@ -244,6 +250,9 @@ down() {
 
 	local left
 	for id in $(printf '%s\n' "${ids[@]}" | sort -u); do
+		left=$(docker ps -aq --filter label=shoal.dev/egress-for --filter "label=shoal.dev/cluster=$id")
+		# shellcheck disable=SC2086 # one id a word
+		[ -z "$left" ] || docker rm --force $left >/dev/null
 		left=$(docker ps -aq --filter label=shoal.dev/managed=true --filter "label=shoal.dev/cluster=$id")
 		if [ -n "$left" ]; then
 			say "removing $(wc -w <<<"$left") sandbox container(s) of cluster $id"
@@ -261,7 +270,7 @@ down() {
 		done
 	fi
 	rm -f "$state_file"
-	rm -rf "$pki_dir"
+	rm -rf "$pki_dir" "$egress_dir"
 
 	left=$(docker ps -aq --filter "label=com.docker.compose.project=$project")
 	[ -z "$left" ] || die "containers of project $project are left: $left"
