@@ -44,8 +44,6 @@
 //
 // # Enforcement: no network, a shim, and a socket per sandbox
 //
-// The design the agent will wire (nothing of it is user-visible yet):
-//
 //   - A sandbox with egress rules keeps Docker network mode none: its
 //     namespace has only loopback, no route to the host, to other
 //     sandboxes or anywhere else, so every host port (the node's API,
@@ -107,17 +105,12 @@
 // clean end, so that Linux splices the bytes (docs/benchmarks.md has the
 // figures).
 //
-// # Wiring still to do
+// # Wiring
 //
-// The sandbox spec's egress field (proto, store, validation through
-// Policy.Validate), the API and CLI (--egress-allow, sandbox egress
-// show|set|add|remove with --if-version, --egress-file, -o json|yaml),
-// the agent's sidecar lifecycle (socket dir and file per sandbox, the
-// sidecar's create/start/stop/remove with the sandbox and on a node
-// restart, Serve per socket, the proxy environment variables, the
-// applied policy version in the sandbox status), an image FROM scratch
-// holding shoal-egress-shim, the metrics and events from OnDecision
-// (shoal_egress_connections_total{decision,sandbox}, refused and audit
-// decisions as events and audit-log lines, sandbox logs --egress), and
-// the chaos scenario and its invariant.
+// The sandbox spec's egress field and its versioned writes are the API's
+// (api/shoal/v1/egress.go converts, apiserver/egress.go validates and
+// versions inside the update loop); the agent serves each sandbox's socket
+// and keeps its sidecar (agent/egress.go: also the applied version, the
+// Egress condition, events and metrics); the sidecar's container is
+// docker/egress.go's, its image deploy/egress's (make image).
 package egress
