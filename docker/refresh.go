@@ -76,7 +76,11 @@ func (r *Runtime) Refresh(ctx context.Context, id string, s shoal.ContainerSpec)
 	if img.Config != nil {
 		imageEnv = img.Config.Env
 	}
-	if !envStale(old.Config.Env, imageEnv, s.Env) {
+	want := s.Env
+	if old.HostConfig.NetworkMode.IsNone() {
+		want = withProxyEnv(s.Env) // as Run gave it (egress.go)
+	}
+	if !envStale(old.Config.Env, imageEnv, want) {
 		return id, nil
 	}
 	// A refresh cut short earlier may have left a container, and images
@@ -112,10 +116,7 @@ func (r *Runtime) Refresh(ctx context.Context, id string, s shoal.ContainerSpec)
 	}
 	cfg := *old.Config
 	cfg.Image = imageID
-	cfg.Env = s.Env
-	if old.HostConfig != nil && old.HostConfig.NetworkMode.IsNone() {
-		cfg.Env = withProxyEnv(s.Env) // as Run gave it (egress.go)
-	}
+	cfg.Env = want
 	// The image's volumes (VOLUME) are not in a commit: the new container
 	// mounts the old one's, which outlive it (a volume in use is not
 	// removed with a container) and go with the sandbox (Remove).
