@@ -63,9 +63,9 @@ type EgressConfig struct {
 // policy.
 const ConditionEgress = "Egress"
 
-// Event sampling: at most egressEventBurst refused or audited decisions
-// of one sandbox become events per egressEventWindow; the rest are
-// counted and said in the next one.
+// Event sampling: at most egressEventBurst refused, and as many audited,
+// decisions of one sandbox become events per egressEventWindow; the rest
+// are counted and said in the next one.
 const (
 	egressEventBurst  = 5
 	egressEventWindow = time.Minute
@@ -77,9 +77,9 @@ type egressState struct {
 	proxy *egress.Proxy
 
 	mu      sync.Mutex
-	served  map[string]*egressServe // sandbox uid →
-	sample  map[string]*egressSample
-	orphans map[string]time.Time // uid → first seen with no live sandbox (egressResync)
+	served  map[string]*egressServe  // sandbox uid →
+	sample  map[string]*egressSample // sandbox uid/reason →
+	orphans map[string]time.Time     // uid → first seen with no live sandbox (egressResync)
 }
 
 // egressServe is one sandbox's socket being served.
@@ -298,7 +298,8 @@ func (e *egressState) stopServe(uid string) {
 	e.mu.Lock()
 	s := e.served[uid]
 	delete(e.served, uid)
-	delete(e.sample, uid)
+	delete(e.sample, uid+"/"+string(events.EgressRefused))
+	delete(e.sample, uid+"/"+string(events.EgressAudited))
 	e.mu.Unlock()
 	if s != nil {
 		s.cancel()
@@ -400,8 +401,9 @@ func (a *Agent) egressDecision(d egress.Decision) {
 	if d.Verdict == egress.VerdictAudit {
 		reason, what = events.EgressAudited, "admitted in audit mode; enforce would refuse"
 	}
+	key := d.Sandbox + "/" + string(reason) // refusals do not starve audits
 	e.mu.Lock()
-	sm := e.sample[d.Sandbox]
+	sm := e.sample[key]
 	now := time.Now()
 	if sm == nil || now.Sub(sm.start) >= egressEventWindow {
 		dropped := 0
@@ -409,7 +411,7 @@ func (a *Agent) egressDecision(d egress.Decision) {
 			dropped = sm.dropped
 		}
 		sm = &egressSample{start: now, dropped: dropped}
-		e.sample[d.Sandbox] = sm
+		e.sample[key] = sm
 	}
 	keep := sm.n < egressEventBurst
 	dropped := 0
@@ -426,7 +428,7 @@ func (a *Agent) egressDecision(d egress.Decision) {
 	target := net.JoinHostPort(d.Host, fmt.Sprint(d.Port))
 	msg := fmt.Sprintf("%s %s: %s (policy version %d)", target, what, d.Reason, d.PolicyVersion)
 	if dropped > 0 {
-		msg += fmt.Sprintf("; %d more refused or audited connections not recorded (at most %d events a minute)", dropped, egressEventBurst)
+		msg += fmt.Sprintf("; %d more refused or audited connections not recorded (at most %d events a minute of each kind)", dropped, egressEventBurst)
 	}
 	a.record(s.sb, events.Event{Reason: reason, Message: msg,
 		Details: map[string]string{"host": d.Host, "port": fmt.Sprint(d.Port), "policy_version": fmt.Sprint(d.PolicyVersion)}})

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -114,7 +116,10 @@ func TestEgressEnforcedOnTheOwner(t *testing.T) {
 		t.Fatalf("the egress sidecar image %s is missing (run `make image`): %v", docker.DefaultEgressImage, err)
 	}
 	t.Parallel()
-	n := testenv.StartNode(t, testenv.NodeConfig(t))
+	cfg := testenv.NodeConfig(t)
+	cfg.MetricsListen = fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
+	cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
+	n := testenv.StartNode(t, cfg)
 	ctx := ctxT(t, 4*time.Minute)
 	c := n.Client
 	host := hostAddr(t).String()
@@ -152,6 +157,19 @@ func TestEgressEnforcedOnTheOwner(t *testing.T) {
 	refused("the node's API through the proxy", "http://"+net.JoinHostPort(host, portOf(t, n.Addr()))+"/")
 	refused("the allowed destination without the proxy (no route)", "-Y", "off", url(allowed))
 	refused("the node's API without the proxy", "-Y", "off", "http://"+net.JoinHostPort(host, portOf(t, n.Addr()))+"/")
+	// Every port of the node (API, etcd client and peer, metrics), named
+	// by loopback or by a host address, through the proxy: refused (no
+	// rule names them, and the SSRF check refuses the node's own
+	// addresses). Without the proxy there is no route at all (above).
+	for _, u := range []string{"http://" + n.Addr(), cfg.EtcdListenClient, cfg.EtcdListenPeer, "http://" + cfg.MetricsListen} {
+		port := portOf(t, strings.TrimPrefix(u, "http://"))
+		for _, target := range []string{net.JoinHostPort("127.0.0.1", port), net.JoinHostPort(host, port)} {
+			out, _, code := sbExec(t, ctx, c, "eg", "sh", "-c", fmt.Sprintf("printf 'CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n' | timeout 10 nc 127.0.0.1 3128", target, target))
+			if !strings.Contains(out, " 403 ") {
+				t.Errorf("the node's port %s through the proxy: exit %d, %q; want a 403", target, code, out)
+			}
+		}
+	}
 	// localhost is allowed by name, but it resolves to loopback: the SSRF
 	// check refuses it (the client must name the proxy explicitly, since
 	// no_proxy covers localhost).
@@ -204,6 +222,24 @@ func TestEgressEnforcedOnTheOwner(t *testing.T) {
 		}
 		if !seen["EgressRefused"] || !seen["EgressAudited"] || !seen["EgressApplied"] {
 			return fmt.Errorf("reasons seen: %v", seen)
+		}
+		return nil
+	})
+
+	// Counted, and written to the audit log.
+	fams := scrape(t, cfg.MetricsListen)
+	for _, d := range []string{"admit", "refuse", "audit"} {
+		if v := value(fams, "shoal_egress_connections_total", map[string]string{"decision": d, "sandbox": "default/eg"}); v < 1 {
+			t.Errorf("shoal_egress_connections_total{decision=%q,sandbox=\"default/eg\"} = %v; want at least 1", d, v)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, "egress lines in the audit log", func() error {
+		b, err := os.ReadFile(cfg.AuditLog)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), `"method":"egress/refuse"`) || !strings.Contains(string(b), `"method":"egress/audit"`) {
+			return fmt.Errorf("no egress/refuse and egress/audit lines yet")
 		}
 		return nil
 	})
