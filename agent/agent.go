@@ -669,7 +669,7 @@ func (a *Agent) teardown(ctx context.Context, sb *shoalv1.Sandbox) error {
 	defer func(start time.Time) { a.cfg.Metrics.Teardown(time.Since(start)) }(time.Now())
 	// A stop in flight is not waited out: the removal kills the container.
 	a.cancelStop(sb.Meta.Uid)
-	if err := a.stopEgress(ctx, sb.Meta.Uid); err != nil {
+	if err := a.closeEgress(sb.Meta.Uid); err != nil {
 		return err
 	}
 	if err := a.cfg.Runtime.Remove(ctx, sb.Meta.Uid); err != nil {

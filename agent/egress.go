@@ -186,8 +186,14 @@ func (a *Agent) syncEgress(ctx context.Context, sb *shoalv1.Sandbox, id string, 
 	uid := sb.Meta.Uid
 	spec := sb.GetSpec().GetEgress()
 	if !sb.HasEgress() || !state.Running || state.Paused || id == "" {
-		if err := a.stopEgress(ctx, uid); err != nil {
-			return err
+		// Only what there is to stop: a sandbox served now, or one whose
+		// policy changed since it was last applied (rules taken away).
+		// Every other sync of a sandbox without egress asks nothing of the
+		// engine; a sidecar left by a process that died is egressResync's.
+		if e.isServed(uid) || sb.EgressPending() {
+			if err := a.stopEgress(ctx, uid); err != nil {
+				return err
+			}
 		}
 		if sb.HasEgress() {
 			return nil // applied once the container runs again
@@ -233,6 +239,13 @@ func (a *Agent) reportEgress(ctx context.Context, sb *shoalv1.Sandbox, status, r
 			Details: map[string]string{"version": fmt.Sprint(v)}})
 	}
 	return err
+}
+
+// isServed reports whether a sandbox's socket is being served.
+func (e *egressState) isServed(uid string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.served[uid] != nil
 }
 
 // dir is a sandbox's socket directory.
@@ -318,6 +331,21 @@ func (a *Agent) stopEgress(ctx context.Context, uid string) error {
 	if err := e.cfg.Runtime.RemoveEgress(ctx, uid); err != nil {
 		return err
 	}
+	return e.removeDir(uid)
+}
+
+// closeEgress is stopEgress for a teardown: the runtime's Remove takes
+// the sidecar with the sandbox's containers.
+func (a *Agent) closeEgress(uid string) error {
+	e := a.egress
+	if e == nil {
+		return nil
+	}
+	e.stopServe(uid)
+	return e.removeDir(uid)
+}
+
+func (e *egressState) removeDir(uid string) error {
 	if err := os.RemoveAll(e.dir(uid)); err != nil {
 		return fmt.Errorf("egress: %w", err)
 	}
