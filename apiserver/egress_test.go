@@ -157,4 +157,3 @@ func TestEgressPolicyThroughAPI(t *testing.T) {
 		t.Errorf("set to no rules of a sandbox that had none: %v, %v; want nothing written", err, plain.GetSpec().GetEgress())
 	}
 }
-
