@@ -126,6 +126,13 @@ func (a *app) tree(spec ToolSpec) *cli.App {
 	walk = func(cmds []*cli.Command) {
 		for _, c := range cmds {
 			c.OnUsageError = func(_ *cli.Context, err error, _ bool) error { return usageError("%v", err) }
+			if len(c.Subcommands) == 0 || c.Action != nil {
+				// Its arguments are names, and urfave/cli would take
+				// one that is "help" or "h" for the help subcommand it
+				// adds to every command (`sandbox get h` printed help,
+				// exit 0). --help stays.
+				c.HideHelpCommand = true
+			}
 			walk(c.Subcommands)
 		}
 	}

@@ -68,7 +68,12 @@ func Reorder(app *cli.App, args []string) []string {
 			break
 		}
 	}
-	if leaf == nil || len(leaf.Subcommands) > 0 {
+	// A command with subcommands runs as a leaf when the next argument
+	// names none of them and it has an action of its own (`sandbox egress
+	// NAME` shows, as `sandbox egress show NAME` does). Those that have
+	// none are only a path (urfave/cli gives them help as their action,
+	// but when they run, after this).
+	if leaf == nil || (len(leaf.Subcommands) > 0 && leaf.Action == nil) {
 		return append(append(append(append(out, globalArgs...), path...), helpArgs...), rest...)
 	}
 	rest = append(helpArgs, rest...)

@@ -28,6 +28,16 @@ func TestReorder(t *testing.T) {
 		{"shoal sandbox get sb --bogus", "shoal sandbox get --bogus -- sb"},
 		{"shoal provider create p --credential-file - --type nvidia", "shoal provider create --credential-file - --type nvidia -- p"},
 		{"shoal provider update p --credential-from-env K --credential-file=f", "shoal provider update --credential-from-env K --credential-file=f -- p"},
+		// egress has subcommands and an action of its own (show).
+		{"shoal sandbox egress sb -o yaml", "shoal -o yaml sandbox egress -- sb"},
+		{"shoal sandbox egress -o json sb", "shoal -o json sandbox egress -- sb"},
+		{"shoal sandbox egress --help", "shoal sandbox egress --help"},
+		{"shoal sandbox egress show sb -o json", "shoal -o json sandbox egress show -- sb"},
+		{"shoal sandbox egress set sb a.com:80,443 --mode audit --if-version 3 --wait", "shoal sandbox egress set --mode audit --if-version 3 --wait -- sb a.com:80,443"},
+		{"shoal sandbox egress add sb --cut-connections *.x.io", "shoal sandbox egress add --cut-connections -- sb *.x.io"},
+		{"shoal sandbox egress set sb -f - --none", "shoal sandbox egress set -f - --none -- sb"},
+		{"shoal sandbox create sb --egress-allow a.com:80,443 --egress-allow b.io --egress-file p.yaml", "shoal sandbox create --egress-allow a.com:80,443 --egress-allow b.io --egress-file p.yaml -- sb"},
+		{"shoal sandbox logs sb --egress -f", "shoal sandbox logs --egress -f -- sb"},
 	} {
 		got := strings.Join(Reorder(root, strings.Fields(tc.in)), " ")
 		if got != tc.want {
@@ -44,6 +54,15 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"shoal", "provider", "create", "p", "--type", "nvidia", "--credential", "NOEQUALS"},
 		{"shoal", "provider", "create", "p", "--type", "bogus"},
 		{"shoal", "sandbox", "get", "sb", "--bogus"},
+		{"shoal", "sandbox", "create", "sb", "--egress-allow", "*.*.com"},
+		{"shoal", "sandbox", "create", "sb", "--egress-mode", "permissive"},
+		{"shoal", "sandbox", "egress", "add", "sb", "host:0"},
+		{"shoal", "sandbox", "egress", "add", "sb"},
+		{"shoal", "sandbox", "egress", "mode", "sb", "bogus"},
+		{"shoal", "sandbox", "egress", "set", "sb"},
+		{"shoal", "sandbox", "egress", "set", "sb", "--none", "a.io"},
+		{"shoal", "sandbox", "egress"},
+		{"shoal", "sandbox", "logs", "sb", "--egress", "--tail", "-3"},
 	} {
 		var out, errb bytes.Buffer
 		code := Main(context.Background(), args, strings.NewReader(""), &out, &errb)

@@ -83,6 +83,11 @@ printf '%s\n' "${COMPREPLY[@]}"`
 			// Flags after a positional argument, as shoal allows them.
 			{[]string{"sandbox", "create", "agent", "--pro"}, []string{"--provider"}},
 			{[]string{"comp"}, []string{"completion"}},
+			// egress: subcommands beside an action of its own, and its flags.
+			{[]string{"sandbox", "egress", "re"}, []string{"remove"}},
+			{[]string{"sandbox", "egress", "set", "agent", "--if"}, []string{"--if-version"}},
+			{[]string{"sandbox", "create", "agent", "--egress-a"}, []string{"--egress-allow"}},
+			{[]string{"sandbox", "logs", "agent", "--eg"}, []string{"--egress"}},
 		} {
 			if got := complete(tc.words...); !slices.Equal(got, tc.want) {
 				t.Errorf("shoal %s<TAB>: completed %q, want %q", strings.Join(tc.words, " "), got, tc.want)

@@ -34,8 +34,10 @@ func (a *app) sandboxDescribe() *cli.Command {
 		Usage:     "show a sandbox with its node, providers and last events",
 		ArgsUsage: "NAME",
 		Description: `Shows everything about one sandbox, as kubectl describe does: spec and status,
-conditions, the node it is placed on, the providers it holds (credential keys
-only, never values) and its last events (this incarnation's: its uid).
+conditions, the node it is placed on, its egress policy when it has one (mode,
+version, the version its node enforces, rules), the providers it holds
+(credential keys only, never values) and its last events (this incarnation's:
+its uid).
 
 -o json|yaml prints one object: {"sandbox", "node", "providers", "events",
 "events_omitted"}; the node is null, and a provider is left out with a
@@ -200,9 +202,19 @@ func (p printer) describe(d description) error {
 	field("Env", kv(spec.GetEnv()))
 	field("Resources", resourcesLine(spec.GetResources()))
 	field("Read-only root", fmt.Sprint(spec.GetReadOnlyRoot()))
+	var rules strings.Builder
+	if spec.GetEgress() != nil {
+		pol, err := policyOfSandbox(sb)
+		if err != nil {
+			return err
+		}
+		field("Egress", fmt.Sprintf("%s, version %d, applied %s", pol.Mode, pol.Version, appliedLine(sb)))
+		writeRules(&rules, "Egress rules", pol.Rules)
+	}
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	buf.WriteString(rules.String())
 
 	section := func(title string, header []string, rows [][]string, empty string) {
 		fmt.Fprintf(&buf, "%s:\n", title)

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -88,28 +89,89 @@ func (a *app) events(c *cli.Context, req *shoalv1.ListEventsRequest, wide bool) 
 		return usageError("--limit: %d is negative", c.Int("limit"))
 	}
 	req.Limit = int32(c.Int("limit"))
+	return a.showEvents(c.Context, eventView{req: req, wide: wide, watch: c.Bool("watch"), none: noEvents(req)})
+}
+
+// egressReasons are the reasons of egress events (events/reason.go).
+var egressReasons = []string{"EgressApplied", "EgressRefused", "EgressAudited"}
+
+// egressEvents is `sandbox logs NAME --egress`: the sandbox's egress
+// events, the newest --tail of them, and with --follow the new ones. The
+// API selects events by object, not by reason, so they are picked here
+// from the newest the server keeps of the sandbox (at most 5000).
+func (a *app) egressEvents(c *cli.Context) error {
+	if err := exactArgs(c, 1, "NAME"); err != nil {
+		return err
+	}
+	if c.Int("tail") < 0 {
+		return usageError("--tail: %d is negative", c.Int("tail"))
+	}
+	name := c.Args().First()
+	return a.showEvents(c.Context, eventView{
+		req:   &shoalv1.ListEventsRequest{Workspace: a.workspace, Sandbox: name, Limit: maxEventsLimit},
+		watch: c.Bool("follow"),
+		keep:  func(ev *shoalv1.Event) bool { return slices.Contains(egressReasons, ev.GetReason()) },
+		last:  c.Int("tail"),
+		what:  "egress events",
+		none:  fmt.Sprintf("no egress events of sandbox %s (events are kept for an hour; refused and audited connections are sampled)", name),
+	})
+}
+
+// maxEventsLimit is the most events one ListEvents returns.
+const maxEventsLimit = 5000
+
+// eventView is what an events listing shows.
+type eventView struct {
+	req   *shoalv1.ListEventsRequest
+	wide  bool // events of many sandboxes: a SANDBOX column
+	watch bool // then follow new events
+	// keep, when set, picks the events to show of those req selects;
+	// then only the last of them (0: all), what names them in the
+	// warnings ("egress events").
+	keep func(*shoalv1.Event) bool
+	last int
+	what string
+	none string // what to say when there is nothing to show
+}
+
+// showEvents lists what v selects and, with v.watch, follows it.
+func (a *app) showEvents(ctx context.Context, v eventView) error {
+	req := v.req
 	api, err := a.api()
 	if err != nil {
 		return err
 	}
-	resp, err := api.ListEvents(c.Context, req)
+	resp, err := api.ListEvents(ctx, req)
 	if err != nil {
 		return err
 	}
-	if n := resp.GetOmitted(); n > 0 {
-		a.out.warnings([]string{fmt.Sprintf("%d older events are not shown (--limit)", n)})
+	items := resp.Items
+	var warnings []string
+	if v.keep == nil {
+		if n := resp.GetOmitted(); n > 0 {
+			warnings = append(warnings, fmt.Sprintf("%d older events are not shown (--limit)", n))
+		}
+	} else {
+		items = slices.DeleteFunc(slices.Clone(items), func(ev *shoalv1.Event) bool { return !v.keep(ev) })
+		if resp.GetOmitted() > 0 {
+			warnings = append(warnings, fmt.Sprintf("%s older than the newest %d events of the sandbox are not searched", v.what, len(resp.Items)))
+		}
+		if v.last > 0 && len(items) > v.last {
+			warnings = append(warnings, fmt.Sprintf("%d older %s are not shown (--tail)", len(items)-v.last, v.what))
+			items = items[len(items)-v.last:]
+		}
 	}
-	ep := eventPrinter{p: a.out, wide: wide}
-	watch := c.Bool("watch")
+	a.out.warnings(warnings)
+	ep := eventPrinter{p: a.out, wide: v.wide}
 	switch {
-	case a.out.format != formatTable && !watch:
-		msgs := make([]proto.Message, len(resp.Items))
-		for i, ev := range resp.Items {
+	case a.out.format != formatTable && !v.watch:
+		msgs := make([]proto.Message, len(items))
+		for i, ev := range items {
 			msgs[i] = ev
 		}
 		return a.out.objects(itemList, nil, nil, msgs...)
-	case a.out.format == formatTable && len(resp.Items) == 0 && !watch:
-		fmt.Fprintln(a.stderr, noEvents(req))
+	case a.out.format == formatTable && len(items) == 0 && !v.watch:
+		fmt.Fprintln(a.stderr, v.none)
 		return nil
 	}
 	// A watch prints as it goes: the header (tables), then each event,
@@ -117,22 +179,27 @@ func (a *app) events(c *cli.Context, req *shoalv1.ListEventsRequest, wide bool) 
 	if err := ep.header(); err != nil {
 		return err
 	}
-	for _, ev := range resp.Items {
+	for _, ev := range items {
 		if err := ep.event(ev); err != nil {
 			return err
 		}
 	}
-	if !watch {
+	if !v.watch {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(c.Context)
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := api.WatchEvents(ctx, &shoalv1.WatchEventsRequest{Workspace: req.Workspace, Sandbox: req.Sandbox,
 		SandboxUid: req.SandboxUid, Node: req.Node, ResourceVersion: resp.GetResourceVersion()})
 	if err != nil {
 		return err
 	}
-	return recvAll(ctx, stream.Recv, ep.event)
+	return recvAll(ctx, stream.Recv, func(ev *shoalv1.Event) error {
+		if v.keep != nil && !v.keep(ev) {
+			return nil
+		}
+		return ep.event(ev)
+	})
 }
 
 func noEvents(req *shoalv1.ListEventsRequest) string {

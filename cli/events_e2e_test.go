@@ -64,7 +64,14 @@ type eventWatch struct {
 
 func watchEvents(t *testing.T, bin, ep string, args ...string) *eventWatch {
 	t.Helper()
-	cmd := exec.Command(bin, append(args, "--watch", "-o", "json")...)
+	return followEvents(t, bin, ep, append(args, "--watch")...)
+}
+
+// followEvents is an events command that follows (args name how: --watch,
+// logs --egress -f) running in the background with -o json.
+func followEvents(t *testing.T, bin, ep string, args ...string) *eventWatch {
+	t.Helper()
+	cmd := exec.Command(bin, append(args, "-o", "json")...)
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "SHOAL_ENDPOINT=" + ep}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -99,7 +106,7 @@ func watchEvents(t *testing.T, bin, ep string, args ...string) *eventWatch {
 		<-w.done
 		_ = cmd.Wait()
 		if t.Failed() {
-			t.Logf("%s --watch stderr:\n%s", strings.Join(args, " "), stderr.String())
+			t.Logf("%s stderr:\n%s", strings.Join(args, " "), stderr.String())
 		}
 	})
 	return w

@@ -32,7 +32,7 @@ func (a *app) sandboxCmd() *cli.Command {
 			a.sandboxStop(), a.sandboxStart(), a.sandboxRestart(),
 			a.sandboxExec(), a.sandboxShell(), a.sandboxLogs(), a.sandboxWatch(), a.sandboxAttach(true), a.sandboxAttach(false),
 			a.sandboxEvents(), a.sandboxDescribe(),
-			a.sandboxCp(),
+			a.sandboxCp(), a.sandboxEgress(),
 		},
 	}
 }
@@ -47,11 +47,18 @@ credentials in its environment. Without a command the image's default runs.
 
   shoal sandbox create agent --provider nvidia --wait
   shoal sandbox create job --env MODE=batch --label team=ml -- sh -c 'echo hi; sleep 60'
+  shoal sandbox create agent --egress-allow api.nvidia.com --egress-allow '*.github.com:443,22'
+  shoal sandbox create agent --egress-file policy.yaml --egress-mode audit
+
+--egress-allow, --egress-file and --egress-mode give the sandbox an egress
+policy: what it may reach on the network (` + "`shoal sandbox egress --help`" + `
+has the rule syntax and the commands that change it live). Without rules it
+has no network.
 
 With --wait it prints the sandbox once it left PROVISIONING and exits by its
 phase: READY 0; STOPPED (a command that ended at once) 0 if the command exited
 0, else 1, naming the code; ERROR (Docker refused it) 4.`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "image", Usage: "container `IMAGE` (default: the node's, shoal/sandbox:dev)"},
 			&cli.StringSliceFlag{Name: "provider", Aliases: []string{"p"}, Usage: "attach provider `NAME`, repeatable"},
 			&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "environment `KEY=VALUE`, repeatable"},
@@ -61,12 +68,16 @@ phase: READY 0; STOPPED (a command that ended at once) 0 if the command exited
 			&cli.BoolFlag{Name: "read-only", Usage: "make the container's root filesystem read-only (a tmpfs /tmp stays writable)"},
 			&cli.StringFlag{Name: "node", Usage: "run on node `NAME` (default: the Ready node with the fewest sandboxes)"},
 			&cli.StringSliceFlag{Name: "node-selector", Usage: "only on nodes labelled `KEY=VALUE`, repeatable"},
-			&cli.BoolFlag{Name: "wait", Usage: "return when the sandbox is READY, or has stopped or failed first; exit 1 if its command exited nonzero (STOPPED), 4 if it is in phase ERROR"},
+			&cli.BoolFlag{Name: "wait", Usage: "return when the sandbox is READY (and its node enforces its egress policy), or has stopped or failed first; exit 1 if its command exited nonzero (STOPPED), 4 if it is in phase ERROR"},
 			&cli.DurationFlag{Name: "timeout", Value: 5 * 60e9, Usage: "give up waiting after `DURATION`"},
-		},
+		}, egressCreateFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() < 1 {
 				return usageError("sandbox create takes NAME [-- CMD ARGS...]")
+			}
+			eg, err := a.egressOfCreate(c)
+			if err != nil {
+				return err
 			}
 			env, err := parseKV("--env", c.StringSlice("env"))
 			if err != nil {
@@ -98,7 +109,7 @@ phase: READY 0; STOPPED (a command that ended at once) 0 if the command exited
 				Spec: &shoalv1.SandboxSpec{
 					Image: c.String("image"), Command: c.Args().Tail(), Env: env, Providers: c.StringSlice("provider"),
 					Resources: &shoalv1.Resources{CpuMillis: c.Int64("cpu-millis"), MemoryBytes: c.Int64("memory-mib") << 20},
-					Node:      c.String("node"), NodeSelector: selector, ReadOnlyRoot: c.Bool("read-only"),
+					Node:      c.String("node"), NodeSelector: selector, ReadOnlyRoot: c.Bool("read-only"), Egress: eg,
 				},
 			}}
 			ctx, cancel := a.timeoutCtx(c)
@@ -392,13 +403,31 @@ func (a *app) execOutput(ctx context.Context, name string, stream interface {
 func (a *app) sandboxLogs() *cli.Command {
 	return &cli.Command{
 		Name:      "logs",
-		Usage:     "print a sandbox's output",
+		Usage:     "print a sandbox's output, or its egress events",
 		ArgsUsage: "NAME",
+		Description: `Prints what the sandbox's command wrote (stdout and stderr), and with
+--follow what it writes next.
+
+With --egress it prints the sandbox's egress events instead, oldest first, as
+` + "`shoal sandbox events NAME`" + ` does: EgressApplied (its node enforces a new version
+of its policy), EgressRefused (the node refused a connection: host, port and
+why) and EgressAudited (audit mode let through one enforce would refuse).
+Refused and audited connections are sampled: a burst is a few events, whose
+messages say how many were left out, so count nothing by them. --tail N shows
+the newest N, --follow the new ones as they come, -o json|yaml the events.
+
+  shoal sandbox logs agent --tail 20 -f
+  shoal sandbox logs agent --egress
+  shoal sandbox logs agent --egress -f -o json`,
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming new output"},
-			&cli.IntFlag{Name: "tail", Usage: "only the last `N` lines"},
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep streaming new output (with --egress: new events)"},
+			&cli.IntFlag{Name: "tail", Usage: "only the last `N` lines (with --egress: events)"},
+			&cli.BoolFlag{Name: "egress", Usage: "print the sandbox's egress events (EgressApplied, EgressRefused, EgressAudited; refused and audited ones sampled) instead of its output"},
 		},
 		Action: func(c *cli.Context) error {
+			if c.Bool("egress") {
+				return a.egressEvents(c)
+			}
 			api, err := a.dialArgs(c, 1, "NAME")
 			if err != nil {
 				return err
