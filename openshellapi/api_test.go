@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	sandboxv1 "shoal/api/openshell/sandbox/v1"
 	openshellv1 "shoal/api/openshell/v1"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/internal/testenv"
@@ -139,7 +138,7 @@ func TestSandboxes(t *testing.T) {
 	_, err = os0.CreateSandbox(ctx, &openshellv1.CreateSandboxRequest{Name: "x"})
 	wantCode(t, "no spec", err, codes.InvalidArgument, "spec")
 	for field, spec := range map[string]*openshellv1.SandboxSpec{
-		"spec.policy":                      {Policy: &sandboxv1.SandboxPolicy{}},
+		"spec.policy.filesystem":           {Policy: pb(nil).msg(polFilesystem, nil).policy()}, // more in policy_test.go
 		"spec.log_level":                   {LogLevel: "debug"},
 		"spec.tty":                         {Tty: true},
 		"spec.resource_requirements.gpu":   {ResourceRequirements: &openshellv1.ResourceRequirements{Gpu: &openshellv1.GpuResourceRequirements{}}},

@@ -2,6 +2,7 @@ package openshellapi
 
 import (
 	"maps"
+	"math"
 	"strings"
 	"time"
 
@@ -42,7 +43,8 @@ func millis(t *timestamppb.Timestamp) int64 {
 }
 
 // sandboxOf converts a sandbox. Its spec is what shoal keeps of the one it
-// was created with: environment, image, command and providers.
+// was created with: environment, image, command and providers; and its
+// policy, the current one (spec.egress, policyOf).
 func sandboxOf(sb *shoalv1.Sandbox) *openshellv1.Sandbox {
 	if sb == nil {
 		return nil
@@ -55,6 +57,7 @@ func sandboxOf(sb *shoalv1.Sandbox) *openshellv1.Sandbox {
 			Template:    &openshellv1.SandboxTemplate{Image: spec.GetImage()},
 			Providers:   append([]string(nil), spec.GetProviders()...),
 			Command:     append([]string(nil), spec.GetCommand()...),
+			Policy:      policyOf(spec.GetEgress()),
 		},
 		Status: statusOf(sb),
 	}
@@ -77,6 +80,8 @@ func statusOf(sb *shoalv1.Sandbox) *openshellv1.SandboxStatus {
 	out := &openshellv1.SandboxStatus{
 		SandboxName: sb.GetMeta().GetName(),
 		AgentPod:    st.GetContainerId(),
+		// The policy version the owning node enforces.
+		CurrentPolicyVersion: uint32(min(max(st.GetEgressAppliedVersion(), 0), math.MaxUint32)),
 	}
 	for _, c := range st.GetConditions() {
 		out.Conditions = append(out.Conditions, conditionOf(c.Type, c.Status, c.Reason, c.Message, c.LastTransitionTime))

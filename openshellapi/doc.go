@@ -14,6 +14,9 @@
 //
 // The wire (names, numbers, types) is declared in api/openshell, shoal's own
 // subset of OpenShell's proto; wirefacts_test.go pins it to the target
-// commit. A later OpenShell version that renames things gets a package of its
-// own beside this one.
+// commit. Two parts are not declared there and are read and written by
+// field number instead: a sandbox's policy (policy.go, shoal's egress
+// policy) and UpdateConfig's messages (config.go); TestPolicyWireFacts pins
+// those numbers. A later OpenShell version that renames things gets a
+// package of its own beside this one.
 package openshellapi

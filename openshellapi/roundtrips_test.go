@@ -167,7 +167,7 @@ func TestNoAddedEtcdRoundTrips(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"os-get", "os-del", "os-stop", "os-start", "os-att", "os-det", "os-noop",
-		"sh-del", "sh-stop", "sh-start", "sh-att", "sh-det", "sh-noop", "listed-a", "listed-b"} {
+		"sh-del", "sh-stop", "sh-start", "sh-att", "sh-det", "sh-noop", "listed-a", "listed-b", "os-pol", "sh-pol"} {
 		sb(name)
 	}
 	for _, name := range []string{"p", "os-upd", "sh-upd", "os-del", "sh-del"} {
@@ -402,6 +402,17 @@ func TestNoAddedEtcdRoundTrips(t *testing.T) {
 			twin: []side{{OK, func(ctx context.Context) error {
 				_, err := api.UpdateProvider(ctx, &shoalv1.UpdateProviderRequest{Merge: true, UpdateCredentials: true, Provider: &shoalv1.Provider{
 					Meta: &shoalv1.ObjectMeta{Name: "sh-upd"}, Credentials: map[string]string{"TOKEN": "rotated"}}})
+				return err
+			}}}},
+		{name: "UpdateConfig",
+			compat: side{OK, func(ctx context.Context) error {
+				policy := pb(nil).entry(polNetwork, "a", networkPolicy("a", pb(nil).str(epHost, "api.example.com").num(epPort, 443)))
+				_, err := osh.UpdateConfig(ctx, pb(nil).str(ucName, "os-pol").msg(ucPolicy, policy).empty())
+				return err
+			}},
+			twin: []side{{OK, func(ctx context.Context) error {
+				_, err := api.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: "sh-pol", SetEgress: &shoalv1.EgressPolicy{
+					Rules: []*shoalv1.EgressRule{{Host: "api.example.com", Ports: []uint32{443}}}}})
 				return err
 			}}}},
 		{name: "DeleteProvider",

@@ -22,6 +22,7 @@ var createSandboxFields = []string{
 	"sandbox.spec.image", "spec.template.image",
 	"sandbox.spec.command", "spec.command",
 	"sandbox.spec.providers", "spec.providers",
+	"sandbox.spec.egress", "spec.policy",
 	"sandbox.spec", "spec",
 }
 
@@ -29,7 +30,8 @@ var refFields = []string{"name", "name", "workspace", "workspace"}
 
 // CreateSandbox creates the sandbox and returns it at once (PROVISIONING):
 // watch it to READY. Fields of the spec that shoal has no equivalent for
-// are refused, naming the field.
+// are refused, naming the field; its policy is the sandbox's egress policy
+// (policy.go).
 func (s *Server) CreateSandbox(ctx context.Context, req *openshellv1.CreateSandboxRequest) (*openshellv1.SandboxResponse, error) {
 	spec, err := specOf(req.GetSpec())
 	if err != nil {
@@ -61,8 +63,6 @@ func specOf(in *openshellv1.SandboxSpec) (*shoalv1.SandboxSpec, error) {
 	switch {
 	case in.LogLevel != "":
 		return nil, none("spec.log_level", "processes get no log level from the sandbox; set it in spec.environment")
-	case in.Policy != nil:
-		return nil, none("spec.policy", "no sandbox policy engine yet")
 	case in.ResourceRequirements.GetGpu() != nil:
 		return nil, none("spec.resource_requirements.gpu", "no GPUs are given to sandboxes")
 	case in.Tty:
@@ -85,6 +85,10 @@ func specOf(in *openshellv1.SandboxSpec) (*shoalv1.SandboxSpec, error) {
 	case t.GetDriverConfig() != nil:
 		return nil, none("spec.template.driver_config", "no driver configuration")
 	}
+	eg, err := egressOf(in.Policy, "spec.policy") // policy.go
+	if err != nil {
+		return nil, err
+	}
 	env := maps.Clone(t.GetEnvironment())
 	if env == nil {
 		env = map[string]string{}
@@ -95,6 +99,7 @@ func specOf(in *openshellv1.SandboxSpec) (*shoalv1.SandboxSpec, error) {
 		Command:   in.Command,   // empty: the image's own
 		Env:       env,
 		Providers: in.Providers,
+		Egress:    eg,
 	}, nil
 }
 

@@ -66,8 +66,9 @@ func New(cfg Config) (*Server, error) {
 // ServiceName is the full name of the service served.
 const ServiceName = "openshell.v1.OpenShell"
 
-// Register serves s on gs: the declared methods, and every other method
-// of OpenShell's service (unserved) answering UNIMPLEMENTED with a message
+// Register serves s on gs: the declared methods, the one whose messages
+// are not declared (undeclared: UpdateConfig), and every other method of
+// OpenShell's service (unserved) answering UNIMPLEMENTED with a message
 // that says so. Each handler first refuses a call that carries a bearer
 // token (refuseBearer); it runs inside gs's interceptors, after the call
 // was authorized as its twin (Twins).
@@ -80,6 +81,9 @@ func Register(gs *grpc.Server, s *Server) {
 	}
 	for i, st := range sd.Streams {
 		sd.Streams[i].Handler = streamGate(st.Handler)
+	}
+	for _, m := range undeclared {
+		sd.Methods = append(sd.Methods, grpc.MethodDesc{MethodName: m.MethodName, Handler: unaryGate(m.Handler)})
 	}
 	for _, name := range unserved {
 		// A stream handler answers unary calls as well: it reads nothing.
@@ -117,6 +121,7 @@ func Twins() map[string]string {
 		"ListProviders":          shoalSvc + "ListProviders",
 		"UpdateProvider":         shoalSvc + "UpdateProvider",
 		"DeleteProvider":         shoalSvc + "DeleteProvider",
+		"UpdateConfig":           shoalSvc + "UpdateSandbox",
 	}
 	for _, name := range unserved {
 		t[name] = cluster

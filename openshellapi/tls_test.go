@@ -37,6 +37,7 @@ func TestMutualTLSRoles(t *testing.T) {
 	}
 	n := testenv.StartNode(t, cfg)
 	ctx := ctxT(t, 2*time.Minute)
+	conns := map[string]*grpc.ClientConn{}
 	as := func(role string) openshellv1.OpenShellClient {
 		tr, err := files(role).Transport()
 		if err != nil {
@@ -47,6 +48,7 @@ func TestMutualTLSRoles(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { conn.Close() })
+		conns[role] = conn
 		return openshellv1.NewOpenShellClient(conn)
 	}
 	admin, operator, viewer := as("admin"), as("operator"), as("viewer")
@@ -82,6 +84,13 @@ func TestMutualTLSRoles(t *testing.T) {
 	}
 	if _, err := viewer.GetProvider(ctx, &openshellv1.GetProviderRequest{Name: "p"}); err != nil {
 		t.Fatalf("GetProvider as viewer: %v", err)
+	}
+	// A policy update is UpdateSandbox's: operators.
+	policy := pb(nil).entry(polNetwork, "a", networkPolicy("a", pb(nil).str(epHost, "api.example.com").num(epPort, 443)))
+	_, _, _, err = updateConfig(ctx, conns["viewer"], pb(nil).str(ucName, "o").msg(ucPolicy, policy))
+	wantCode(t, "UpdateConfig as viewer", err, codes.PermissionDenied, "UpdateConfig")
+	if _, _, _, err := updateConfig(ctx, conns["operator"], pb(nil).str(ucName, "o").msg(ucPolicy, policy)); err != nil {
+		t.Fatalf("UpdateConfig as operator: %v", err)
 	}
 	_, err = viewer.DeleteSandbox(ctx, &openshellv1.DeleteSandboxRequest{Name: "o"})
 	wantCode(t, "DeleteSandbox as viewer", err, codes.PermissionDenied)

@@ -3,8 +3,9 @@ package openshellapi
 // unserved are the methods of OpenShell's service (at the target commit)
 // that shoal does not serve: SSH sessions and TCP forwarding, service
 // endpoints, provider profiles and credential refresh, settings and
-// policies, the supervisor's own calls, draft policies, sandbox tokens and
-// workspaces. Each answers UNIMPLEMENTED saying so (Register), instead of
+// policy status (a sandbox's policy is served: CreateSandbox, GetSandbox,
+// UpdateConfig), the supervisor's own calls, draft policies, sandbox
+// tokens and workspaces. Each answers UNIMPLEMENTED saying so (Register), instead of
 // gRPC's bare "unknown method". TestUnservedIsTheRest checks the list
 // against the wire.
 var unserved = []string{
@@ -27,7 +28,6 @@ var unserved = []string{
 	"DeleteProviderProfile",
 	"GetSandboxConfig",
 	"GetGatewayConfig",
-	"UpdateConfig",
 	"GetSandboxPolicyStatus",
 	"ListSandboxPolicies",
 	"ReportPolicyStatus",

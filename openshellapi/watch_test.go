@@ -101,7 +101,8 @@ func TestAuditOfOpenShellCalls(t *testing.T) {
 	cfg.AuditLog = filepath.Join(t.TempDir(), "audit.log")
 	n := testenv.StartNode(t, cfg)
 	ctx := ctxT(t, time.Minute)
-	oc := openshellv1.NewOpenShellClient(dial(t, n))
+	conn := dial(t, n)
+	oc := openshellv1.NewOpenShellClient(conn)
 	if _, err := oc.CreateProvider(ctx, &openshellv1.CreateProviderRequest{Provider: &datamodelv1.Provider{Metadata: &datamodelv1.ObjectMeta{Name: "p"}, Type: "openai"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -110,6 +111,10 @@ func TestAuditOfOpenShellCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := oc.AttachSandboxProvider(ctx, &openshellv1.AttachSandboxProviderRequest{SandboxName: "a", ProviderName: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	policy := pb(nil).entry(polNetwork, "a", networkPolicy("a", pb(nil).str(epHost, "api.example.com").num(epPort, 443)))
+	if _, _, _, err := updateConfig(ctx, conn, pb(nil).str(ucName, "a").msg(ucPolicy, policy)); err != nil {
 		t.Fatal(err)
 	}
 	for _, logs := range []bool{false, true} {
@@ -124,6 +129,7 @@ func TestAuditOfOpenShellCalls(t *testing.T) {
 	want := map[string]string{
 		"/openshell.v1.OpenShell/CreateProvider":        "default/p",
 		"/openshell.v1.OpenShell/AttachSandboxProvider": "default/a",
+		"/openshell.v1.OpenShell/UpdateConfig":          "default/a",
 		"/openshell.v1.OpenShell/WatchSandbox":          "id:" + sb.Meta.Uid,
 	}
 	testenv.Eventually(t, 10*time.Second, "the audit records", func() (bool, error) {

@@ -509,6 +509,12 @@ func TestUnservedIsTheRest(t *testing.T) {
 	for _, m := range methods {
 		served[m[len("openshell.v1.OpenShell."):strings.Index(m, "(")]] = true
 	}
+	for _, m := range undeclared {
+		if served[m.MethodName] {
+			t.Errorf("%s is declared and served by hand", m.MethodName)
+		}
+		served[m.MethodName] = true
+	}
 	un := map[string]bool{}
 	for _, m := range unserved {
 		if served[m] || un[m] {
