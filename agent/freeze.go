@@ -179,17 +179,7 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 	for _, c := range cs {
 		switch {
 		case !live[c.UID]:
-			if a.paused[c.ID] {
-				// Thawed first: Docker 20.10's force-remove of a frozen
-				// container waits for a SIGKILL the frozen process never
-				// takes, and held the whole rejoin past its deadline (CI's
-				// cluster chaos, leader-kill: the node's other containers
-				// stayed frozen). The thaw lasts until the removal's kill.
-				if err := a.cfg.Runtime.Unpause(ctx, c.ID); err != nil {
-					errs = append(errs, err)
-					continue
-				}
-			}
+			// (A frozen one is thawed by RemoveContainer first.)
 			if err := a.cfg.Runtime.RemoveContainer(ctx, c.ID); err != nil {
 				errs = append(errs, err)
 				continue
@@ -199,9 +189,10 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 				a.recordGoneOnRejoin(c) // (a DELETING one's teardown records its own)
 			}
 		case a.paused[c.ID] && stopped[c.UID]:
-			// Stopped while the node was cut off: killed frozen, so its
-			// command never runs again (a thaw first would run it until
-			// the stop).
+			// Stopped while the node was cut off: stopped at once with
+			// no grace (the runtime thaws it first: a frozen process
+			// takes no signal; it runs only until the kill, before the
+			// stop is acknowledged).
 			if err := a.cfg.Runtime.Stop(ctx, c.ID, 0); err != nil {
 				errs = append(errs, err)
 				continue

@@ -551,13 +551,30 @@ func (r *Runtime) Remove(ctx context.Context, uid string) error {
 	return r.removeImages(ctx, uid)
 }
 
-// RemoveContainer force-removes one container; gone is success.
+// RemoveContainer force-removes one container; gone is success. A frozen
+// (paused) container is thawed first: on an engine that shares a
+// containerd under a namespace of its own (the cluster tests' and the
+// chaos hosts' engines), Docker 20.10's force-remove of a frozen container
+// waits for a SIGKILL the frozen process never takes, and held a node's
+// whole rejoin past its deadline (CI's cluster chaos, owner-kill: the
+// node's other containers stayed frozen). The thaw lasts until the kill.
 func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
+	r.thaw(ctx, id)
 	err := r.cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "is already in progress") {
 		return fmt.Errorf("remove container %s: %w", id[:min(12, len(id))], err)
 	}
 	return nil
+}
+
+// thaw unpauses a frozen container before a removal or a stop kills it
+// (RemoveContainer says why); failures are the kill's to report.
+func (r *Runtime) thaw(ctx context.Context, id string) {
+	if ci, err := r.cli.ContainerInspect(ctx, id); err == nil && ci.State != nil && ci.State.Paused {
+		if err := r.cli.ContainerUnpause(ctx, id); err != nil && !cerrdefs.IsNotFound(err) {
+			r.log.Warn("thaw a frozen container before killing it", "container", short(id), "err", err)
+		}
+	}
 }
 
 // List returns this node's shoal containers of this cluster (all states).
@@ -599,6 +616,7 @@ func (r *Runtime) Unpause(ctx context.Context, id string) error {
 // to whole seconds, the engine's unit). The container and its files stay.
 // One that is not running is left as it is; a missing one is NotFound.
 func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) error {
+	r.thaw(ctx, id) // as RemoveContainer: a frozen process takes no signal
 	secs := int((grace + time.Second - 1) / time.Second)
 	err := r.cli.ContainerStop(ctx, id, container.StopOptions{Timeout: &secs})
 	switch {

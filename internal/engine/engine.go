@@ -434,6 +434,12 @@ func (e *Engine) RemoveContainers(ctx context.Context, labels ...string) error {
 	}
 	var errs []error
 	for _, c := range cs {
+		if c.State == "paused" {
+			// On these engines a force-remove of a frozen container waits
+			// for a SIGKILL the frozen process never takes (seen in CI:
+			// a node's frozen sandboxes held the engine's removal).
+			_ = e.Client.ContainerUnpause(ctx, c.ID)
+		}
 		if err := e.Client.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("engine %s: remove %.12s: %w", e.Name, c.ID, err))
 		}
