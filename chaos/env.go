@@ -388,7 +388,9 @@ func (e *env) close() {
 	if e.docker != nil {
 		e.docker.Close()
 	}
-	if e.owned && e.dir != "" && !e.cfg.KeepData {
+	// The run's own directory (an owned node's, or the hosts' with their
+	// Docker proxies' sockets and the nodes' logs); none with --endpoint.
+	if e.dir != "" && !e.cfg.KeepData {
 		os.RemoveAll(e.dir)
 	}
 }
