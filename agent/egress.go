@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/egress"
 	"shoal/events"
+	"shoal/internal/chaosbreak"
 	"shoal/store"
 )
 
@@ -80,6 +82,9 @@ type egressState struct {
 	served  map[string]*egressServe  // sandbox uid →
 	sample  map[string]*egressSample // sandbox uid/reason →
 	orphans map[string]time.Time     // uid → first seen with no live sandbox (egressResync)
+	// stale is every rule Policy has read for a sandbox (uid →), kept
+	// only under the chaosbreak mode stale-egress.
+	stale map[string][]egress.Rule
 }
 
 // egressServe is one sandbox's socket being served.
@@ -101,7 +106,7 @@ func (a *Agent) newEgress() *egressState {
 	if cfg == nil {
 		return nil
 	}
-	e := &egressState{cfg: cfg, served: map[string]*egressServe{}, sample: map[string]*egressSample{}, orphans: map[string]time.Time{}}
+	e := &egressState{cfg: cfg, served: map[string]*egressServe{}, sample: map[string]*egressSample{}, orphans: map[string]time.Time{}, stale: map[string][]egress.Rule{}}
 	nodeAddrs := cfg.NodeAddrs
 	if nodeAddrs == nil {
 		nodeAddrs = cachedHostAddrs()
@@ -163,6 +168,18 @@ func (p egressPolicies) Policy(ctx context.Context, uid string) (egress.Policy, 
 	pol, err := sb.Spec.Egress.Policy("spec.egress")
 	if err != nil {
 		return egress.Policy{}, false, err
+	}
+	if chaosbreak.Is("stale-egress") {
+		// A policy cache that never forgets a rule: what was once
+		// allowed stays allowed (the chaos suite's invariant 16).
+		e.mu.Lock()
+		for _, r := range pol.Rules {
+			if !slices.ContainsFunc(e.stale[uid], r.Equal) {
+				e.stale[uid] = append(e.stale[uid], r)
+			}
+		}
+		pol.Rules = slices.Clone(e.stale[uid])
+		e.mu.Unlock()
 	}
 	return pol, true, nil
 }

@@ -94,8 +94,9 @@ func invariants(r *chaos.Report) []string {
 
 // The checker must be able to fail: a node whose provider delete checks
 // for attachments and then deletes in a second step (test builds only) is
-// caught breaking invariant 4, and one whose update loop skips its compare
-// is caught losing updates (linearizability).
+// caught breaking invariant 4, one whose update loop skips its compare
+// is caught losing updates (linearizability), and one whose egress proxy
+// admits by a stale policy is caught breaking invariant 16.
 func TestBrokenGuaranteesAreCaught(t *testing.T) {
 	t.Parallel()
 	testenv.RequireDocker(t)
@@ -120,6 +121,11 @@ func TestBrokenGuaranteesAreCaught(t *testing.T) {
 		// A stop recorded as done but never done: the container runs on
 		// while its record says STOPPED, which the samples catch.
 		{"ack-before-stop", "stop-start", "15-stopped-stays-stopped", 4},
+		// A proxy whose policy never forgets a rule: a connection begun
+		// after an acknowledged removal of its destination is admitted.
+		// The writers remove a rule every second or so per sandbox and
+		// the clients try the removed destinations at once.
+		{"stale-egress", "egress", "16-egress-admission-linearizable", 2},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()

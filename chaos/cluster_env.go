@@ -48,6 +48,15 @@ func (e *env) startHosts(ctx context.Context) error {
 	hc.Resync, hc.OrphanGrace = chaosResync, chaosOrphanGrace
 	hc.RequireEngines = os.Getenv("SHOAL_REQUIRE_ENGINES") == "1"
 	hc.Args = []string{"--prefix", e.cfg.Prefix, "--log-level", "info"}
+	// The egress sidecar's image goes to every engine with the sandbox
+	// image, when this machine has it; without it the egress scenario is
+	// skipped (its report says why).
+	if _, err := e.docker.ImageInspect(ctx, docker.DefaultEgressImage); err == nil {
+		hc.SandboxImages = []string{docker.DefaultImage, docker.DefaultEgressImage}
+	} else {
+		e.noEgress = fmt.Sprintf("the egress sidecar image %s is not on this machine's engine (make image), so the hosts' engines lack it: %v", docker.DefaultEgressImage, err)
+		logf(e.cfg, "hosts: %s", e.noEgress)
+	}
 	hc.DockerSocket = func(_ context.Context, n hosts.NodeInfo) (string, error) {
 		// A directory of its own per socket: the node mounts it.
 		sdir := filepath.Join(dir, "docker-"+n.ID)

@@ -431,7 +431,7 @@ func clusterFaults(e *env, rng *rand.Rand, scenario string) []Fault {
 		return []Fault{&partition{clusterFault: base(), name: "partition", hold: func(rng *rand.Rand) time.Duration { return ttls(rng, 1, 3) }}}
 	case "member-loss":
 		return []Fault{&memberLoss{clusterFault: base()}}
-	case "slow-peer":
+	case "slow-peer", "egress":
 		return []Fault{&slowPeer{base()}}
 	}
 	return nil

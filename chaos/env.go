@@ -55,6 +55,10 @@ type env struct {
 	proxies map[string]*dockerproxy.Proxy
 	conns   []*swapConn // one per traffic client
 	live    *Liveness
+	// noEgress says why the hosts cannot run sandboxes with egress
+	// rules (their engines lack the sidecar's image); the egress
+	// scenario is then skipped with this reason.
+	noEgress string
 	// hist is the run's history: a fault that acts on sandboxes as a
 	// client would (member-loss's `node remove` deletes the lost node's
 	// sandboxes) records those acts in it, so the model knows of them.
@@ -177,7 +181,9 @@ func (e *env) startOwned(ctx context.Context) error {
 // startNode (re)starts the owned node process on the same data.
 func (e *env) startNode() error {
 	p, err := launch.Start(launch.Process{Binary: e.cfg.Binary, Log: e.logPath, Env: e.cfg.NodeEnv}, launch.Node{
-		ID: e.nodeID, Listen: e.api, DebugListen: e.debug,
+		// A data dir of its own: the node keeps its egress sockets there
+		// and sweeps whatever in it is not its own sandboxes'.
+		ID: e.nodeID, Listen: e.api, DebugListen: e.debug, DataDir: filepath.Join(e.dir, "data"),
 		EtcdEndpoints: []string{"http://" + e.etcdProxy.Addr()}, Prefix: e.cfg.Prefix,
 		DockerHost: "unix://" + filepath.Join(e.dir, "docker.sock"),
 		LeaseTTL:   chaosLeaseTTL, Resync: chaosResync, OrphanGrace: chaosOrphanGrace,
@@ -358,6 +364,14 @@ func (e *env) close() {
 				_ = e.docker.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
 			}
 		}
+		// And egress sidecars, which the node would have removed with
+		// their sandboxes.
+		if cs, err := e.docker.ContainerList(context.Background(), container.ListOptions{All: true, Filters: filters.NewArgs(
+			filters.Arg("label", docker.LabelEgressFor), filters.Arg("label", docker.LabelNode+"="+e.nodeID))}); err == nil {
+			for _, c := range cs {
+				_ = e.docker.ContainerRemove(context.Background(), c.ID, container.RemoveOptions{Force: true})
+			}
+		}
 		if e.dockerProxy != nil {
 			e.dockerProxy.Close()
 		}
@@ -374,7 +388,9 @@ func (e *env) close() {
 	if e.docker != nil {
 		e.docker.Close()
 	}
-	if e.owned && e.dir != "" && !e.cfg.KeepData {
+	// The run's own directory (an owned node's, or the hosts' with their
+	// Docker proxies' sockets and the nodes' logs); none with --endpoint.
+	if e.dir != "" && !e.cfg.KeepData {
 		os.RemoveAll(e.dir)
 	}
 }

@@ -157,6 +157,33 @@ type scenario struct {
 	// runState adds stop and start to the traffic and checks invariant
 	// 15 all along (runstate.go).
 	runState bool
+	// egress adds sandboxes with egress rules, policy writers and
+	// connections from inside them, and checks invariants 16 and 17
+	// (egress.go).
+	egress bool
+	// share of the run's duration, relative to the others' (0: 1).
+	share float64
+}
+
+// weight is the scenario's share of the run's duration.
+func (s scenario) weight() float64 {
+	if s.share <= 0 {
+		return 1
+	}
+	return s.share
+}
+
+// scenarioDurations splits d across the named scenarios by their shares.
+func scenarioDurations(names []string, d time.Duration) []time.Duration {
+	total := 0.0
+	for _, n := range names {
+		total += scenarios[n].weight()
+	}
+	out := make([]time.Duration, len(names))
+	for i, n := range names {
+		out[i] = time.Duration(float64(d) * scenarios[n].weight() / total)
+	}
+	return out
 }
 
 var scenarios = map[string]scenario{
@@ -182,4 +209,14 @@ var scenarios = map[string]scenario{
 	"stop-start": {order: 13, needsProcess: true, runState: true,
 		doc:    "sandbox stop and start racing label writers, contenders and deletes; the owner killed (SIGKILL) and restarted",
 		faults: func(e *env, _ *rand.Rand) []Fault { return []Fault{nodeKill{e}} }},
+	// Half a share: its checks are of few connections a second, and the
+	// exec of each is dear on a loaded machine.
+	"egress": {order: 14, egress: true, share: 0.5,
+		doc: "sandboxes with egress rules changed live, connections from inside them through the proxy, the label writers and deletes; etcd latency (on a cluster: a slow peer)",
+		faults: func(e *env, _ *rand.Rand) []Fault {
+			if !e.owned {
+				return nil // etcd is not behind a proxy of this run's
+			}
+			return []Fault{etcdLatency{e}}
+		}},
 }

@@ -33,6 +33,9 @@ type Op struct {
 	Precondition bool `json:"precondition,omitempty"`
 	Lifecycle    bool `json:"lifecycle,omitempty"`
 	DuringFault  bool `json:"during_fault,omitempty"`
+
+	// Egress is the egress scenario's part of its ops (egress.go).
+	Egress *EgressOp `json:"egress,omitempty"`
 }
 
 // ambiguous reports whether the op may or may not have taken effect.

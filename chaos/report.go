@@ -41,6 +41,9 @@ type ScenarioReport struct {
 	// 14) and how long the cluster took to converge after the faults.
 	Cluster     *ClusterFigures     `json:"cluster,omitempty"`
 	Convergence *ConvergenceFigures `json:"convergence,omitempty"`
+	// Egress: the egress scenario's attempts and how they ended
+	// (invariants 16 and 17), or why it checked none.
+	Egress *EgressFigures `json:"egress,omitempty"`
 }
 
 // FaultRecord is one fault the schedule drew: injected, or, when every
@@ -107,6 +110,8 @@ type Summary struct {
 	WorstFence   time.Duration  `json:"worst_fence_ns,omitempty"`
 	WorstFenceAt string         `json:"worst_fence_node,omitempty"`
 	Convergence  time.Duration  `json:"longest_convergence_ns,omitempty"`
+	// Egress sums the egress scenarios' figures (nil: none ran).
+	Egress *EgressFigures `json:"egress,omitempty"`
 }
 
 // Pct is a latency pair.
@@ -174,6 +179,15 @@ func (r *Report) summarize(ops []Op) {
 		}
 		if c := sc.Convergence; c != nil && c.After > s.Convergence {
 			s.Convergence = c.After
+		}
+		if eg := sc.Egress; eg != nil {
+			if s.Egress == nil {
+				s.Egress = &EgressFigures{}
+			}
+			s.Egress.add(*eg)
+			if eg.Skipped != "" {
+				s.Egress.Skipped = eg.Skipped
+			}
 		}
 		if sc.Harassment.LabelFlips+sc.Harassment.StatusWrites+sc.Harassment.IdenticalRewrites > 0 {
 			for _, o := range scenarioOps(ops, sc.Name) {
@@ -246,6 +260,19 @@ func (r *Report) WriteSummary(w io.Writer) {
 		}
 		fmt.Fprintf(tw, "worst fence time (lease expiry → containers paused)\t%s %s\n", r.Summary.WorstFence.Round(time.Millisecond), r.Summary.WorstFenceAt)
 		fmt.Fprintf(tw, "longest convergence after the faults healed\t%s\n", r.Summary.Convergence.Round(time.Millisecond))
+	}
+	if eg := r.Summary.Egress; eg != nil {
+		fmt.Fprintln(tw, "\nEGRESS\t")
+		if eg.Skipped != "" {
+			fmt.Fprintf(tw, "skipped\t%s\n", eg.Skipped)
+		}
+		fmt.Fprintf(tw, "sandbox incarnations / policy versions / policy writes acknowledged\t%d / %d / %d\n", eg.Incarnations, eg.Versions, eg.PolicyWrites)
+		fmt.Fprintf(tw, "attempts from inside the sandboxes\t%d\n", eg.Attempts)
+		fmt.Fprintf(tw, "admitted / refused / timed out / exec failed\t%d / %d / %d / %d\n", eg.Admitted, eg.Refused, eg.TimedOut, eg.Unknown)
+		fmt.Fprintf(tw, "refused as required (16) / required\t%d / %d\n", eg.RefusedAsRequired, eg.Required)
+		if eg.Unchecked > 0 {
+			fmt.Fprintf(tw, "not checked (incarnation unknown)\t%d\n", eg.Unchecked)
+		}
 	}
 	var notInjected []string
 	for _, sc := range r.Scenarios {

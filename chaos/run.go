@@ -30,13 +30,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer e.close()
 	h := newHistory()
 	e.hist = h
-	per := cfg.Duration / time.Duration(len(cfg.Scenarios))
-	bar := newBar(cfg, len(cfg.Scenarios), per)
+	durs := scenarioDurations(cfg.Scenarios, cfg.Duration)
+	bar := newBar(cfg, durs)
 	for i, name := range cfg.Scenarios {
 		if ctx.Err() != nil {
 			break
 		}
-		sr, err := runScenario(ctx, e, h, cfg, i, name, name, per, bar)
+		sr, err := runScenario(ctx, e, h, cfg, i, name, name, durs[i], bar)
 		if err != nil {
 			rep.Scenarios = append(rep.Scenarios, sr)
 			rep.Finished = time.Now()
@@ -65,11 +65,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, ctx.Err()
 }
 
-func newBar(cfg Config, scenarios int, per time.Duration) *progressbar.ProgressBar {
+func newBar(cfg Config, durs []time.Duration) *progressbar.ProgressBar {
 	if cfg.Progress == nil {
 		return nil
 	}
-	return progressbar.NewOptions64(int64(scenarios)*int64(per/time.Second),
+	var secs int64
+	for _, d := range durs {
+		secs += int64(d / time.Second)
+	}
+	return progressbar.NewOptions64(secs,
 		progressbar.OptionSetWriter(cfg.Progress),
 		progressbar.OptionSetDescription("chaos"),
 		progressbar.OptionShowCount(),
@@ -105,8 +109,27 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 	tctx, stop := context.WithTimeout(ctx, d)
 	defer stop()
 	var wg sync.WaitGroup
+	// Egress first: the checker reads the policies' history from the
+	// revision before its first write. Its writer ids come after the
+	// contenders' (below).
+	var eg *egressTraffic
+	egressID := cfg.Clients + 4 + len(contenders)
+	if sc.egress {
+		var skip string
+		if eg, skip, err = newEgressTraffic(ctx, t); err != nil {
+			return sr, err
+		}
+		if eg == nil {
+			logf(cfg, "scenario %s: egress not checked: %s", name, skip)
+			sr.Egress = &EgressFigures{Skipped: skip}
+		} else {
+			defer eg.close()
+			eg.start(tctx, &wg, egressID, rng)
+		}
+	}
 	// Writer ids: the clients 0..Clients-1, then the lifecycle client, the
-	// harassers and the contenders; each writes its own key (writes.go).
+	// harassers, the contenders and the egress workers; each writes its
+	// own key (writes.go).
 	for c := 0; c < cfg.Clients; c++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); t.client(tctx, c, rng(uint64(c)+1)) }()
@@ -239,6 +262,10 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 		return sr, faultErr
 	}
 	sr.Harassment = Harassment{LabelFlips: t.labelFlips, StatusWrites: t.statusWrites, IdenticalRewrites: t.rewrites}
+	if eg != nil {
+		// Its sandboxes go, and their sidecars with them.
+		eg.finish(ctx, egressID)
+	}
 
 	// Quiet: every fault healed; let teardown finish, then check.
 	healedAt := time.Now()
@@ -286,6 +313,15 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 	sr.Violations = append(sr.Violations, checkDeletes(ops)...)
 	sr.Violations = append(sr.Violations, checkLifecycle(ops)...)
 	sr.Violations = append(sr.Violations, checkAckedCreates(ops, snap)...)
+	if eg != nil {
+		v, fig, err := eg.check(ctx, ops, cfg.DeletingBound)
+		if err != nil {
+			return sr, err
+		}
+		sr.Violations = append(sr.Violations, v...)
+		sr.Egress = &fig
+		logf(cfg, "scenario %s: egress: %d attempts, %d admitted, %d refused as required of %d required", name, fig.Attempts, fig.Admitted, fig.RefusedAsRequired, fig.Required)
+	}
 	logf(cfg, "scenario %s: quiet after %s; checking linearizability", name, time.Since(healedAt).Round(time.Millisecond))
 	lv, note := checkLinearizable(ops, name, cfg.ReportDir, h.now(), 30*time.Second)
 	logf(cfg, "scenario %s: linearizability done", name)

@@ -110,12 +110,12 @@ func Soak(ctx context.Context, cfg Config, total time.Duration) (*SoakResult, er
 	h := newHistory()
 	e.hist = h
 	end := time.Now().Add(total)
-	per := cfg.Duration / time.Duration(len(cfg.Scenarios))
+	durs := scenarioDurations(cfg.Scenarios, cfg.Duration)
 	base := map[string]Sample{}
 	for cycle := 0; time.Now().Before(end) && ctx.Err() == nil; cycle++ {
 		for i, name := range cfg.Scenarios {
 			inst := fmt.Sprintf("%s-c%d", name, cycle)
-			sr, err := runScenario(ctx, e, h, cfg, cycle*len(cfg.Scenarios)+i, name, inst, per, nil)
+			sr, err := runScenario(ctx, e, h, cfg, cycle*len(cfg.Scenarios)+i, name, inst, durs[i], nil)
 			if err != nil {
 				return res, res.finish(cfg, h, fmt.Errorf("cycle %d, scenario %s: %w", cycle, name, err))
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"strconv"
 
 	"github.com/docker/docker/api/types/container"
@@ -34,6 +35,11 @@ func (c *Cluster) Len() int {
 
 // Run is the run's id: the node ids' prefix and the value of LabelRun.
 func (c *Cluster) Run() string { return c.run }
+
+// Gateway is this machine's address on the run's network: what a node
+// reaches a server of this machine's at (one listening on every address,
+// or on this one).
+func (c *Cluster) Gateway() netip.Addr { return c.net.gateway }
 
 // Dir is the run's directory on this machine.
 func (c *Cluster) Dir() string { return c.dir }

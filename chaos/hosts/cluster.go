@@ -402,7 +402,7 @@ func (c *Cluster) args(n *node) []string {
 		LogFormat:   "json",
 		// The hosts' network is private to the run: plaintext on it.
 		Insecure: true,
-		Extra:    c.cfg.Args,
+		Extra:    append([]string{"--egress-dir", egressDir(n)}, c.cfg.Args...),
 	}
 	if n.voter {
 		ln.Member = &launch.Member{
@@ -422,6 +422,14 @@ func (c *Cluster) args(n *node) []string {
 	return ln.Args()
 }
 
+// egressDir is node n's --egress-dir: the sockets its egress proxy
+// serves each sandbox on. Its engine bind-mounts a sandbox's directory
+// into that sandbox's sidecar by the path the node gives, so the node
+// container has it at the same path as this machine. (A unix socket's
+// path has at most 107 bytes: DIR/<uid>/s is some 100 with a default
+// temporary directory.)
+func egressDir(n *node) string { return filepath.Join(n.dir, "egress") }
+
 // mountsSocketFile: the system engine's socket shares its directory with
 // the rest of /run, so it is mounted alone (unless a hook gave a socket of
 // its own).
@@ -430,10 +438,14 @@ func (c *Cluster) mountsSocketFile(n *node) bool {
 }
 
 // createContainer makes node n's container (not started): the node
-// image, the run's network at n's address, the data dir and the Docker
-// socket's directory bind-mounted, a tmpfs /tmp, logs kept by Docker.
+// image, the run's network at n's address, the data dir, the egress dir
+// and the Docker socket's directory bind-mounted, a tmpfs /tmp, logs kept
+// by Docker.
 func (c *Cluster) createContainer(ctx context.Context, n *node) error {
-	binds := []string{filepath.Join(n.dir, "data") + ":" + dataMount}
+	if err := os.MkdirAll(egressDir(n), 0o755); err != nil {
+		return fmt.Errorf("hosts: node %d (%s): %w", n.index, n.id, err)
+	}
+	binds := []string{filepath.Join(n.dir, "data") + ":" + dataMount, egressDir(n) + ":" + egressDir(n)}
 	if c.mountsSocketFile(n) {
 		binds = append(binds, n.socket+":"+dockerMount+"/docker.sock")
 	} else {

@@ -25,7 +25,12 @@
 //     and SeparateEngines/SharedReason say so; Config.RequireEngines makes
 //     that an error;
 //   - its data dir, a directory of the run's bind-mounted at /data, so a
-//     killed node starts again on its data.
+//     killed node starts again on its data;
+//   - its egress dir (--egress-dir, the sockets its egress proxy serves
+//     sandboxes on), bind-mounted at the path it has on this machine: the
+//     node's engine mounts a sandbox's socket directory into its sidecar
+//     by the path the node names. Config.SandboxImages must hold the
+//     sidecar's image (docker.DefaultEgressImage) for egress to work.
 //
 // Voters embed etcd members formed with --etcd-initial-cluster; workers
 // (Config.Workers) list the voters' client URLs with --etcd-endpoints.

@@ -37,4 +37,9 @@
 //	                     200 ms late and serves reads without waiting to
 //	                     catch up with etcd's revision (invariant 1: a read
 //	                     after a finished write returns older state)
+//	stale-egress         agent: the egress proxy's policy of a sandbox is
+//	                     the union of every rule it ever read for it, so a
+//	                     removed rule still admits (invariant 16: a
+//	                     connection begun after the write that removed it
+//	                     is admitted)
 package chaosbreak
