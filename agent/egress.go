@@ -258,6 +258,10 @@ func (a *Agent) reportEgress(ctx context.Context, sb *shoalv1.Sandbox, status, r
 	return err
 }
 
+// maxSocketPath is the longest path a unix socket may have on Linux
+// (sun_path's 108 bytes, one for the NUL).
+const maxSocketPath = 107
+
 // isServed reports whether a sandbox's socket is being served.
 func (e *egressState) isServed(uid string) bool {
 	e.mu.Lock()
@@ -287,6 +291,9 @@ func (e *egressState) serve(a *Agent, sb *shoalv1.Sandbox, cutBelow int64) error
 		return fmt.Errorf("egress: %w", err)
 	}
 	path := filepath.Join(dir, "s")
+	if len(path) > maxSocketPath {
+		return fmt.Errorf("egress: the socket path %s is %d bytes, more than a unix socket's %d: give the node a shorter --egress-dir", path, len(path), maxSocketPath)
+	}
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("egress: %w", err)
 	}
