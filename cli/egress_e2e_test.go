@@ -140,7 +140,7 @@ func TestEgressThroughBinary(t *testing.T) {
 	if !strings.Contains(r.stdout, "egress version 2 (was 1)") || !strings.Contains(r.stdout, "  + x.io:22,2222\n") {
 		t.Fatalf("egress add printed %q", r.stdout)
 	}
-	pol, rv2 := egressOf(t, n, "eg")
+	pol, _ = egressOf(t, n, "eg")
 	if pol.GetVersion() != 2 || !slices.Contains(rulesOf(pol), "x.io:22,2222") {
 		t.Fatalf("after add: %q version %d", rulesOf(pol), pol.GetVersion())
 	}
@@ -153,7 +153,7 @@ func TestEgressThroughBinary(t *testing.T) {
 	// Refusals change nothing: a stale --if-version (4), a rule that is
 	// not there (3), bad rules (2) on create, add, remove, set and in a
 	// file.
-	pol, rv2 = egressOf(t, n, "eg")
+	pol, rv2 := egressOf(t, n, "eg")
 	r = run(t, bin, ep, "sandbox", "egress", "add", "eg", "y.io", "--if-version", fmt.Sprint(rv)).must(t, cli.ExitPrecondition, "add at a stale version")
 	if !strings.Contains(r.stderr, fmt.Sprint(rv)) {
 		t.Errorf("stale --if-version: stderr does not name the version: %s", r.stderr)

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/docker/docker/client"
+	cerrdefs "github.com/containerd/errdefs"
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/docker"
@@ -265,7 +265,7 @@ func TestEgressEnforcedOnTheOwner(t *testing.T) {
 	if _, err := c.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: "eg", Wait: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cli.ContainerInspect(ctx, "shoal-egress-"+sb.GetMeta().GetUid()); !client.IsErrNotFound(err) {
+	if _, err := cli.ContainerInspect(ctx, "shoal-egress-"+sb.GetMeta().GetUid()); !cerrdefs.IsNotFound(err) {
 		t.Errorf("the sidecar after the delete: %v; want it gone", err)
 	}
 }
