@@ -96,6 +96,30 @@ func trySbExec(ctx context.Context, c shoalv1.ShoalClient, name string, cmd ...s
 	}
 }
 
+// banner is a TCP server (no HTTP) that greets every connection with a
+// line: what a CONNECT tunnel (TLS, SSH, any TCP) reaches.
+func banner(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			io.WriteString(c, "banner from tcp upstream\n")
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 func rule(host string, ports ...int) *shoalv1.EgressRule {
 	r := &shoalv1.EgressRule{Host: host}
 	for _, p := range ports {
@@ -123,7 +147,7 @@ func TestEgressEnforcedOnTheOwner(t *testing.T) {
 	ctx := ctxT(t, 4*time.Minute)
 	c := n.Client
 	host := hostAddr(t).String()
-	allowed, other := upstream(t, "allowed"), upstream(t, "other")
+	allowed, other, tcp := upstream(t, "allowed"), upstream(t, "other"), banner(t)
 	url := func(port int) string { return "http://" + net.JoinHostPort(host, strconv.Itoa(port)) + "/" }
 	wget := func(args ...string) (string, string, int32) {
 		return sbExec(t, ctx, c, "eg", append([]string{"timeout", "10", "wget", "-q", "-O", "-"}, args...)...)
@@ -131,7 +155,7 @@ func TestEgressEnforcedOnTheOwner(t *testing.T) {
 
 	sb, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
 		Meta: &shoalv1.ObjectMeta{Name: "eg"},
-		Spec: &shoalv1.SandboxSpec{Egress: &shoalv1.EgressPolicy{Rules: []*shoalv1.EgressRule{rule(host, allowed), rule("localhost", allowed)}}}}})
+		Spec: &shoalv1.SandboxSpec{Egress: &shoalv1.EgressPolicy{Rules: []*shoalv1.EgressRule{rule(host, allowed, tcp), rule("localhost", allowed)}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +166,11 @@ func TestEgressEnforcedOnTheOwner(t *testing.T) {
 
 	if out, errs, code := wget(url(allowed)); code != 0 || out != "hello from allowed\n" {
 		t.Fatalf("wget of the allowed destination: exit %d, %q, %q; want the upstream's answer", code, out, errs)
+	}
+	// Any TCP through a CONNECT tunnel (as TLS and SSH go).
+	tunnel := net.JoinHostPort(host, strconv.Itoa(tcp))
+	if out, _, code := sbExec(t, ctx, c, "eg", "sh", "-c", fmt.Sprintf("printf 'CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n' | timeout 10 nc 127.0.0.1 3128", tunnel, tunnel)); !strings.Contains(out, " 200 ") || !strings.Contains(out, "banner from tcp upstream") {
+		t.Errorf("a CONNECT tunnel to an allowed TCP port: exit %d, %q; want 200 and the upstream's banner", code, out)
 	}
 	refused := func(what string, args ...string) {
 		t.Helper()
@@ -188,7 +217,7 @@ func TestEgressEnforcedOnTheOwner(t *testing.T) {
 
 	// A change is in force for the next connection once acknowledged.
 	upd, err := c.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: "eg", AddEgressRules: []*shoalv1.EgressRule{rule(host, other)},
-		RemoveEgressRules: []*shoalv1.EgressRule{rule(host, allowed)}})
+		RemoveEgressRules: []*shoalv1.EgressRule{rule(host, allowed, tcp)}})
 	if err != nil {
 		t.Fatal(err)
 	}
