@@ -253,8 +253,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Tracer == nil {
 		cfg.Tracer = noop.NewTracerProvider().Tracer("shoal/agent")
 	}
-	if e := cfg.Egress; e != nil && (e.Dir == "" || e.Runtime == nil) {
-		return nil, errors.New("agent: egress needs a directory and a runtime")
+	if e := cfg.Egress; e != nil {
+		if e.Dir == "" || e.Runtime == nil {
+			return nil, errors.New("agent: egress needs a directory and a runtime")
+		}
+		if err := checkEgressDir(e.Dir); err != nil {
+			return nil, err
+		}
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{}, credFP: map[string]string{},
 		paused: map[string]bool{}, rejoined: make(chan struct{}), stops: map[string]*stopping{}}
@@ -540,10 +545,10 @@ func (a *Agent) resync(ctx context.Context, q *workqueue.Queue[item]) {
 	}
 	known := map[string]bool{}
 	recorded := map[string]string{} // uid → the container its record names
-	withEgress := map[string]bool{} // uid → has egress rules and is not being deleted
+	withEgress := map[string]bool{} // uid → has egress rules, runs, and is not being deleted
 	for _, sb := range page.Items {
 		known[sb.Meta.Uid] = true
-		withEgress[sb.Meta.Uid] = sb.HasEgress() && sb.Meta.DeletionTimestamp == nil
+		withEgress[sb.Meta.Uid] = sb.HasEgress() && sb.Meta.DeletionTimestamp == nil && sb.GetStatus().GetPhase() == shoalv1.SandboxPhase_READY
 		recorded[sb.Meta.Uid] = sb.GetStatus().GetContainerId()
 		q.Add(item{sb.Meta.Workspace, sb.Meta.Name})
 	}
@@ -719,7 +724,7 @@ func (a *Agent) provision(ctx context.Context, sb *shoalv1.Sandbox) error {
 	// never ran (start runs it).
 	id, err := a.cfg.Runtime.Run(rctx, shoal.ContainerSpec{
 		UID: sb.Meta.Uid, Name: sb.Meta.Name, Workspace: sb.Meta.Workspace,
-		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets,
+		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets, Egress: sb.HasEgress(),
 		CPUMillis: cpu, MemoryBytes: mem, PidsLimit: a.cfg.Limits.Pids, ReadOnlyRoot: spec.GetReadOnlyRoot(),
 		Settle: settle, Created: wantStopped(sb) && !chaosbreak.Is("ack-before-stop"),
 	})

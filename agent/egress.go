@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -202,18 +203,24 @@ func (a *Agent) syncEgress(ctx context.Context, sb *shoalv1.Sandbox, id string, 
 	}
 	uid := sb.Meta.Uid
 	spec := sb.GetSpec().GetEgress()
-	if !sb.HasEgress() || !state.Running || state.Paused || id == "" {
+	if state.Running && state.Paused {
+		// Frozen (fencing, or by hand): left as it is. A fenced node's
+		// proxy refuses new connections; the thaw finds it served.
+		return nil
+	}
+	if !sb.HasEgress() || !state.Running || id == "" {
 		// Only what there is to stop: a sandbox served now, or one whose
-		// policy changed since it was last applied (rules taken away).
-		// Every other sync of a sandbox without egress asks nothing of the
-		// engine; a sidecar left by a process that died is egressResync's.
-		if e.isServed(uid) || sb.EgressPending() {
+		// rules were taken away since it was last applied. Every other
+		// sync of a sandbox without egress (or stopped) asks nothing of
+		// the engine; a sidecar left by a process that died is
+		// egressResync's.
+		if e.isServed(uid) || (sb.EgressPending() && !sb.HasEgress()) {
 			if err := a.stopEgress(ctx, uid); err != nil {
 				return err
 			}
 		}
-		if sb.HasEgress() {
-			return nil // applied once the container runs again
+		if sb.HasEgress() || sb.GetSpec().GetEgress().GetVersion() == 0 {
+			return nil // applied once the container runs again; or never had a policy
 		}
 		return a.reportEgress(ctx, sb, "False", "NoRules", "no egress rules: the sandbox has no network")
 	}
@@ -222,12 +229,19 @@ func (a *Agent) syncEgress(ctx context.Context, sb *shoalv1.Sandbox, id string, 
 	}
 	err := e.cfg.Runtime.EnsureEgress(ctx, shoal.EgressSidecar{UID: uid, Container: id, Dir: e.dir(uid)})
 	if err != nil {
-		if shoal.KindOf(err) == shoal.KindFailedPrecondition {
-			_ = a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
-				store.SetCondition(st, ConditionEgress, "False", "SidecarFailed", err.Error())
-			})
+		if shoal.KindOf(err) != shoal.KindFailedPrecondition {
+			return fmt.Errorf("egress sidecar of %s: %w", sb.Meta.Name, err)
 		}
-		return fmt.Errorf("egress sidecar of %s: %w", sb.Meta.Name, err)
+		// What retrying will not mend (no sidecar image, a container
+		// with a network of its own): said in the condition, served by
+		// nothing, tried again at the next resync.
+		e.stopServe(uid)
+		if conditionIs(sb, ConditionEgress, "False", "NotEnforced") {
+			return nil
+		}
+		return a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
+			store.SetCondition(st, ConditionEgress, "False", "NotEnforced", err.Error())
+		})
 	}
 	msg := fmt.Sprintf("egress policy version %d enforced (%d rules, %s)", spec.GetVersion(), len(spec.GetRules()), modeName(spec.GetMode()))
 	return a.reportEgress(ctx, sb, "True", "Enforced", msg)
@@ -244,18 +258,28 @@ func modeName(m shoalv1.EgressMode) string {
 // policy version, once per version.
 func (a *Agent) reportEgress(ctx context.Context, sb *shoalv1.Sandbox, status, reason, msg string) error {
 	v := sb.GetSpec().GetEgress().GetVersion()
-	if sb.GetStatus().GetEgressAppliedVersion() >= v {
+	if sb.GetStatus().GetEgressAppliedVersion() >= v && conditionIs(sb, ConditionEgress, status, reason) {
 		return nil
 	}
+	announce := sb.GetStatus().GetEgressAppliedVersion() < v
 	err := a.setStatus(ctx, sb, func(st *shoalv1.SandboxStatus) {
 		st.EgressAppliedVersion = max(st.EgressAppliedVersion, v)
 		store.SetCondition(st, ConditionEgress, status, reason, msg)
 	})
-	if err == nil {
+	if err == nil && announce {
 		a.record(sb, events.Event{Reason: events.EgressApplied, Message: msg,
 			Details: map[string]string{"version": fmt.Sprint(v)}})
 	}
 	return err
+}
+
+// checkEgressDir refuses a directory whose sockets' paths would be too
+// long for a unix socket (Dir/UID/s).
+func checkEgressDir(dir string) error {
+	if n := len(filepath.Join(dir, strings.Repeat("u", 36), "s")); n > maxSocketPath {
+		return fmt.Errorf("--egress-dir %s: its sockets' paths would be %d bytes, more than a unix socket's %d: give a shorter directory", dir, n, maxSocketPath)
+	}
+	return nil
 }
 
 // maxSocketPath is the longest path a unix socket may have on Linux
@@ -301,8 +325,14 @@ func (e *egressState) serve(a *Agent, sb *shoalv1.Sandbox, cutBelow int64) error
 	if err != nil {
 		return fmt.Errorf("egress: listen for sandbox %s: %w", sb.Meta.Name, err)
 	}
-	// The sidecar runs as nobody.
-	if err := os.Chmod(path, 0o666); err != nil {
+	// The sidecar runs as nobody: the socket is nobody's alone where the
+	// node may give it away (it runs as root), else open to every local
+	// user (who could then speak as this sandbox).
+	mode := os.FileMode(0o600)
+	if err := os.Chown(path, sidecarUID, sidecarUID); err != nil {
+		mode = 0o666
+	}
+	if err := os.Chmod(path, mode); err != nil {
 		ln.Close()
 		return fmt.Errorf("egress: %w", err)
 	}
@@ -391,7 +421,11 @@ func (a *Agent) egressResync(ctx context.Context, live map[string]bool) {
 	}
 	if ents, err := os.ReadDir(e.cfg.Dir); err == nil {
 		for _, d := range ents {
-			uids = append(uids, d.Name())
+			// Only what serve makes (a uid's directory): the directory
+			// may hold other things, which are not the agent's.
+			if d.IsDir() && looksLikeUID(d.Name()) {
+				uids = append(uids, d.Name())
+			}
 		}
 	}
 	// As with containers, only what was seen gone for the orphan grace
@@ -455,6 +489,10 @@ func (a *Agent) egressDecision(d egress.Decision) {
 	}
 	key := d.Sandbox + "/" + string(reason) // refusals do not starve audits
 	e.mu.Lock()
+	if e.served[d.Sandbox] != s { // stopped meanwhile: no sample to keep
+		e.mu.Unlock()
+		return
+	}
 	sm := e.sample[key]
 	now := time.Now()
 	if sm == nil || now.Sub(sm.start) >= egressEventWindow {
@@ -485,6 +523,29 @@ func (a *Agent) egressDecision(d egress.Decision) {
 	a.record(s.sb, events.Event{Reason: reason, Message: msg,
 		Details: map[string]string{"host": d.Host, "port": fmt.Sprint(d.Port), "policy_version": fmt.Sprint(d.PolicyVersion)}})
 }
+
+// conditionIs reports whether the sandbox's condition typ has that
+// status and reason.
+func conditionIs(sb *shoalv1.Sandbox, typ, status, reason string) bool {
+	for _, c := range sb.GetStatus().GetConditions() {
+		if c.Type == typ {
+			return c.Status == status && c.Reason == reason
+		}
+	}
+	return false
+}
+
+// looksLikeUID reports whether a name has a sandbox uid's shape (a UUID:
+// 36 bytes of hex digits and four dashes).
+func looksLikeUID(name string) bool {
+	if len(name) != 36 || strings.Count(name, "-") != 4 {
+		return false
+	}
+	return strings.Trim(name, "0123456789abcdef-") == ""
+}
+
+// sidecarUID is the user the egress sidecar runs as (nobody).
+const sidecarUID = 65534
 
 // hasCondition reports whether the sandbox's status has the condition
 // with that status.

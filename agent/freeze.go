@@ -179,7 +179,12 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 	for _, c := range cs {
 		switch {
 		case !live[c.UID]:
-			// (A frozen one is thawed by RemoveContainer first.)
+			// (A frozen one is thawed by RemoveContainer first: its
+			// egress goes before, so that the thaw opens nothing.)
+			if err := a.closeEgress(c.UID); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			if err := a.cfg.Runtime.RemoveContainer(ctx, c.ID); err != nil {
 				errs = append(errs, err)
 				continue

@@ -244,7 +244,7 @@ func (a *Agent) refresh(ctx context.Context, sb *shoalv1.Sandbox, id string) (ni
 	spec := sb.GetSpec()
 	nid, err = a.cfg.Runtime.Refresh(ctx, id, shoal.ContainerSpec{
 		UID: sb.Meta.Uid, Name: sb.Meta.Name, Workspace: sb.Meta.Workspace,
-		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets,
+		Image: spec.GetImage(), Command: spec.GetCommand(), Env: env, Secrets: secrets, Egress: sb.HasEgress(),
 	})
 	return nid, nil, err
 }

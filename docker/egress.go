@@ -101,7 +101,15 @@ func (r *Runtime) EnsureEgress(ctx context.Context, s shoal.EgressSidecar) error
 	if sb.State == nil || !sb.State.Running {
 		return fmt.Errorf("egress sidecar: sandbox container %s is not running", short(s.Container))
 	}
-	mark := sb.ID + "@" + sb.State.StartedAt
+	if sb.HostConfig == nil || !sb.HostConfig.NetworkMode.IsNone() {
+		// Made with the node's bridge (rules given after it was created
+		// on a --sandbox-network bridge node): the proxy would not be its
+		// only way out, so it is not called enforced.
+		return shoal.FailedPrecondition("sandbox container %s has a network (%s), so a proxy cannot confine it: create the sandbox again with its rules", short(s.Container), sb.HostConfig.NetworkMode)
+	}
+	// What the sidecar was made for: the container as it runs now, the
+	// socket directory and the image; anything else is made again.
+	mark := sb.ID + "@" + sb.State.StartedAt + " " + s.Dir + " " + r.egressImage
 	name := egressName(s.UID)
 	cur, err := r.cli.ContainerInspect(ctx, name)
 	switch {
@@ -132,10 +140,13 @@ func (r *Runtime) EnsureEgress(ctx context.Context, s shoal.EgressSidecar) error
 		ReadonlyRootfs: true,
 		Resources:      container.Resources{Memory: egressMemory, MemorySwap: egressMemory, PidsLimit: &pids},
 		LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "1m", "max-file": "1"}},
+		// A shim that dies is started again by the engine at once (the
+		// agent's next sync would, within its resync period).
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyOnFailure, MaximumRetryCount: 10},
 	}
 	created, err := r.cli.ContainerCreate(ctx, cfg, host, nil, nil, name)
 	if err != nil {
-		if cerrdefs.IsNotFound(err) {
+		if _, ierr := r.cli.ImageInspect(ctx, r.egressImage); cerrdefs.IsNotFound(ierr) {
 			return shoal.FailedPrecondition("egress sidecar image %q is not on node %s's engine: build it with `make image`", r.egressImage, r.node)
 		}
 		return fmt.Errorf("egress sidecar: create: %w", err)
@@ -147,9 +158,14 @@ func (r *Runtime) EnsureEgress(ctx context.Context, s shoal.EgressSidecar) error
 	return nil
 }
 
-// RemoveEgress removes a sandbox's sidecar; none is success.
+// RemoveEgress removes a sandbox's sidecar; none is success. (It is never
+// frozen: no thaw first.)
 func (r *Runtime) RemoveEgress(ctx context.Context, uid string) error {
-	return r.RemoveContainer(ctx, egressName(uid))
+	err := r.cli.ContainerRemove(ctx, egressName(uid), container.RemoveOptions{Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) && !strings.Contains(err.Error(), "is already in progress") {
+		return fmt.Errorf("remove the egress sidecar of sandbox %s: %w", uid, err)
+	}
+	return nil
 }
 
 // EgressSidecars lists the uids of the sandboxes this node runs a sidecar

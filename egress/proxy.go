@@ -299,6 +299,13 @@ func (p *Proxy) handle(ctx context.Context, open *shim.Conns, c net.Conn, sandbo
 		return
 	}
 	defer up.Close()
+	if p.Fenced != nil && p.Fenced() {
+		// Fenced while dialling (a dial may take DialTimeout): nothing
+		// opens past the moment the node froze its sandboxes.
+		dec.Verdict = VerdictRefuse
+		refuse(refusal{http.StatusServiceUnavailable, "the node is fenced (cut off from the cluster): no new connections"})
+		return
+	}
 	if !open.Add(up) {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"shoal/agent"
 	"shoal/apiserver"
 	"shoal/audit"
+	"shoal/docker"
 	"shoal/egress"
 )
 
@@ -43,6 +44,10 @@ func egressConfig(cfg Config, rt engine, auditLog apiserver.Auditor) *agent.Egre
 }
 
 const egressAuditPerSecond = 20
+
+// The node's engine must serve egress, or sandboxes with rules would be
+// reported not enforced without anything saying why.
+var _ agent.EgressRuntime = (*docker.Runtime)(nil)
 
 func auditCode(v egress.Verdict) string {
 	if v == egress.VerdictAudit {

@@ -368,3 +368,58 @@ func TestEgressClosedWhileTheNodeIsDown(t *testing.T) {
 		return nil
 	})
 }
+
+// On a node whose sandboxes get the bridge network, a sandbox created
+// with rules still has no network but the proxy; one created without and
+// given rules later keeps its bridge, and the node says it cannot confine
+// it (condition Egress False), never that it enforces the policy.
+func TestEgressOnABridgeNode(t *testing.T) {
+	dc := testenv.RequireDocker(t)
+	t.Parallel()
+	cfg := testenv.NodeConfig(t)
+	cfg.SandboxNetwork = docker.NetworkBridge
+	n := testenv.StartNode(t, cfg)
+	ctx := ctxT(t, 3*time.Minute)
+	c := n.Client
+	host := hostAddr(t).String()
+	port := upstream(t, "allowed")
+	url := "http://" + net.JoinHostPort(host, strconv.Itoa(port)) + "/"
+	sb, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
+		Meta: &shoalv1.ObjectMeta{Name: "confined"},
+		Spec: &shoalv1.SandboxSpec{Egress: &shoalv1.EgressPolicy{Rules: []*shoalv1.EgressRule{rule(host, port)}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci, err := dc.ContainerInspect(ctx, sb.GetStatus().GetContainerId())
+	if err != nil || !ci.HostConfig.NetworkMode.IsNone() {
+		t.Fatalf("a sandbox created with rules on a bridge node: network %v (%v); want none", ci.HostConfig.NetworkMode, err)
+	}
+	if out, errs, code := sbExec(t, ctx, c, "confined", "timeout", "10", "wget", "-q", "-O", "-", url); code != 0 || out != "hello from allowed\n" {
+		t.Fatalf("through the proxy: exit %d, %q, %q", code, out, errs)
+	}
+	if _, _, code := sbExec(t, ctx, c, "confined", "timeout", "10", "wget", "-q", "-Y", "off", "-O", "-", url); code == 0 {
+		t.Errorf("a sandbox created with rules reached its upstream without the proxy")
+	}
+
+	if _, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: "bridged"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: "bridged", AddEgressRules: []*shoalv1.EgressRule{rule(host, port)}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the node says it cannot confine a bridged sandbox", func() error {
+		sb, err := c.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "bridged"})
+		if err != nil {
+			return err
+		}
+		if sb.GetStatus().GetEgressAppliedVersion() != 0 {
+			return fmt.Errorf("applied version %d: a bridged sandbox must not be reported enforced", sb.GetStatus().GetEgressAppliedVersion())
+		}
+		for _, cd := range sb.GetStatus().GetConditions() {
+			if cd.Type == "Egress" && cd.Status == "False" && cd.Reason == "NotEnforced" && strings.Contains(cd.Message, "create the sandbox again") {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", sb.GetStatus().GetConditions())
+	})
+}
