@@ -108,8 +108,9 @@ func (r *Runtime) EnsureEgress(ctx context.Context, s shoal.EgressSidecar) error
 		return shoal.FailedPrecondition("sandbox container %s has a network (%s), so a proxy cannot confine it: create the sandbox again with its rules", short(s.Container), sb.HostConfig.NetworkMode)
 	}
 	// What the sidecar was made for: the container as it runs now, the
-	// socket directory and the image; anything else is made again.
-	mark := sb.ID + "@" + sb.State.StartedAt + " " + s.Dir + " " + r.egressImage
+	// socket directory, the image and the shim's mode (it passes
+	// connections); anything else is made again.
+	mark := sb.ID + "@" + sb.State.StartedAt + " " + s.Dir + " " + r.egressImage + " pass"
 	name := egressName(s.UID)
 	cur, err := r.cli.ContainerInspect(ctx, name)
 	switch {
@@ -125,7 +126,7 @@ func (r *Runtime) EnsureEgress(ctx context.Context, s shoal.EgressSidecar) error
 	pids := int64(egressPids)
 	cfg := &container.Config{
 		Image: r.egressImage,
-		Cmd:   []string{"--listen", strings.TrimPrefix(shoal.EgressProxy, "http://"), "--socket", egressMount + "/" + egressSocket},
+		Cmd:   []string{"--listen", strings.TrimPrefix(shoal.EgressProxy, "http://"), "--socket", egressMount + "/" + egressSocket, "--pass"},
 		User:  "65534:65534", // nobody
 		Labels: map[string]string{
 			LabelEgressFor: s.UID, LabelEgressSandbox: mark,

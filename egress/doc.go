@@ -53,9 +53,13 @@
 //     reach any host service listening on 0.0.0.0 through the gateway.)
 //   - Beside it the agent runs a sidecar container in the sandbox's
 //     network namespace (NetworkMode container:<sandbox>), running
-//     shoal-egress-shim --listen 127.0.0.1:3128 --socket PATH: it accepts
-//     the sandbox's connections there and relays each, byte for byte, to a
-//     unix socket the node listens on for that sandbox alone: a socket
+//     shoal-egress-shim --listen 127.0.0.1:3128 --socket PATH --pass: it
+//     accepts the sandbox's connections there and hands each (its
+//     descriptor, SCM_RIGHTS: shim.Pass) to the node over a unix socket
+//     the node listens on for that sandbox alone, so that the node's
+//     proxy reads and writes the sandbox's connection itself and splices
+//     it to the upstream (one relay; without --pass the shim relays the
+//     bytes instead, shim.Forward, which the proxy also serves): a socket
 //     file per sandbox in the node's data directory, bind-mounted into the
 //     sidecar only, never into the sandbox. The sandbox is given
 //     HTTP_PROXY, HTTPS_PROXY, http_proxy and https_proxy =

@@ -153,11 +153,55 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, sandbox string) erro
 		return errors.New("egress: Proxy.Policies is nil")
 	}
 	err := shim.Serve(ctx, ln, func(ctx context.Context, c net.Conn, open *shim.Conns) {
+		if u, ok := c.(*net.UnixConn); ok {
+			// A shim passes the sandbox's connection itself (shim.Pass),
+			// or relays its bytes (shim.Forward): the first message says
+			// which.
+			u.SetReadDeadline(time.Now().Add(orDefault(p.HeaderTimeout, DefaultHeaderTimeout)))
+			pc, data, err := shim.ReceiveConn(u)
+			if err != nil {
+				return
+			}
+			u.SetReadDeadline(time.Time{})
+			if pc == nil {
+				c = &prefixed{Conn: c, first: data}
+			} else {
+				defer pc.Close()
+				if !open.Add(pc) {
+					return
+				}
+				defer open.Remove(pc)
+				u.Close() // the shim's copy is closed too: nothing more comes
+				c = pc
+			}
+		}
 		p.handle(ctx, open, c, sandbox)
 	})
 	if err != nil {
 		return fmt.Errorf("egress: accept for sandbox %s: %w", sandbox, err)
 	}
+	return nil
+}
+
+// prefixed is a connection whose first bytes were read already.
+type prefixed struct {
+	net.Conn
+	first []byte
+}
+
+func (p *prefixed) Read(b []byte) (int, error) {
+	if len(p.first) > 0 {
+		n := copy(b, p.first)
+		p.first = p.first[n:]
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// CloseWrite half-closes the connection underneath (shim.Relay's clean
+// end).
+func (p *prefixed) CloseWrite() error {
+	shim.CloseWrite(p.Conn)
 	return nil
 }
 

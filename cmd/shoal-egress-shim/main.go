@@ -7,7 +7,10 @@
 // cleanly on SIGTERM or SIGINT: the listener and the open connections are
 // closed, and it exits 0.
 //
-//	shoal-egress-shim --listen 127.0.0.1:3128 --socket /run/shoal-egress/proxy.sock
+//	shoal-egress-shim --listen 127.0.0.1:3128 --socket /run/shoal-egress/s [--pass]
+//
+// With --pass it hands each connection's descriptor to the node's proxy
+// (shim.Pass) rather than relaying its bytes (shim.Forward).
 //
 // It is a static binary (CGO_ENABLED=0) that links only the net package,
 // so that its image can be FROM scratch.
@@ -40,11 +43,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:3128", "the TCP address to accept the sandbox's proxy connections on")
 	socket := fs.String("socket", "", "the unix socket of the node's egress proxy for this sandbox (required)")
+	pass := fs.Bool("pass", false, "hand each connection's descriptor to the node's proxy (SCM_RIGHTS) instead of relaying its bytes: one relay fewer")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if *socket == "" || fs.NArg() > 0 {
-		fmt.Fprintln(stderr, "shoal-egress-shim: usage: shoal-egress-shim [--listen ADDR] --socket PATH")
+		fmt.Fprintln(stderr, "shoal-egress-shim: usage: shoal-egress-shim [--listen ADDR] --socket PATH [--pass]")
 		return 2
 	}
 	ln, err := net.Listen("tcp", *listen)
@@ -52,8 +56,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "shoal-egress-shim: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "shoal-egress-shim: listening on %s, forwarding to %s\n", ln.Addr(), *socket)
-	if err := shim.Forward(ctx, ln, *socket); err != nil {
+	serve, how := shim.Forward, "forwarding to"
+	if *pass {
+		serve, how = shim.Pass, "passing connections to"
+	}
+	fmt.Fprintf(stderr, "shoal-egress-shim: listening on %s, %s %s\n", ln.Addr(), how, *socket)
+	if err := serve(ctx, ln, *socket); err != nil {
 		fmt.Fprintf(stderr, "shoal-egress-shim: %v\n", err)
 		return 1
 	}

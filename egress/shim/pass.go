@@ -1,0 +1,97 @@
+package shim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// PassMarker is the one byte that carries a passed connection's
+// descriptor (a stream socket's ancillary data needs a byte to ride on).
+const PassMarker = 0xfd
+
+// Pass hands every connection ln accepts to the node's proxy itself,
+// rather than relaying its bytes: each goes, as a descriptor
+// (SCM_RIGHTS), over a new connection to the unix socket at socket, and
+// the shim closes its own copy at once. The node's proxy then reads and
+// writes the sandbox's connection directly, and splices it to the
+// upstream: one relay instead of two (docs/benchmarks.md). The
+// connection stays in the sandbox's network namespace; the descriptor
+// only lets the node use it. A connection whose socket cannot be dialled
+// (the node is restarting) is closed at once, as Forward does.
+func Pass(ctx context.Context, ln net.Listener, socket string) error {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	return Serve(ctx, ln, func(ctx context.Context, c net.Conn, open *Conns) {
+		up, err := d.DialContext(ctx, "unix", socket)
+		if err != nil {
+			return
+		}
+		defer up.Close()
+		_ = SendConn(up.(*net.UnixConn), c)
+	})
+}
+
+// SendConn sends c's descriptor over u, on one PassMarker byte.
+func SendConn(u *net.UnixConn, c net.Conn) error {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return fmt.Errorf("shim: a %T has no descriptor to pass", c)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	if err := raw.Control(func(fd uintptr) {
+		_, _, werr = u.WriteMsgUnix([]byte{PassMarker}, syscall.UnixRights(int(fd)), nil)
+	}); err != nil {
+		return err
+	}
+	return werr
+}
+
+// ReceiveConn reads the first message of a shim's connection u: a passed
+// connection (c), or, from a shim that relays bytes (Forward), the first
+// bytes of the client's stream (data), which the caller reads before the
+// rest of u.
+func ReceiveConn(u *net.UnixConn) (c net.Conn, data []byte, err error) {
+	buf := make([]byte, 4096)
+	oob := make([]byte, syscall.CmsgSpace(4*4))
+	n, oobn, _, _, err := u.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, nil, err
+	}
+	if oobn == 0 {
+		return nil, buf[:n], nil
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return nil, nil, fmt.Errorf("shim: a passed connection's control message: %w", err)
+	}
+	var fds []int
+	for i := range msgs {
+		if got, err := syscall.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	defer func() {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+	}()
+	if len(fds) != 1 || n != 1 || buf[0] != PassMarker {
+		return nil, nil, errors.New("shim: a passed connection must be one descriptor on one marker byte")
+	}
+	f := os.NewFile(uintptr(fds[0]), "passed-connection")
+	fds = nil // f owns it now
+	c, err = net.FileConn(f) // a duplicate, close-on-exec
+	f.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("shim: a passed connection: %w", err)
+	}
+	return c, nil, nil
+}
