@@ -87,7 +87,7 @@ func ReceiveConn(u *net.UnixConn) (c net.Conn, data []byte, err error) {
 		return nil, nil, errors.New("shim: a passed connection must be one descriptor on one marker byte")
 	}
 	f := os.NewFile(uintptr(fds[0]), "passed-connection")
-	fds = nil // f owns it now
+	fds = nil                // f owns it now
 	c, err = net.FileConn(f) // a duplicate, close-on-exec
 	f.Close()
 	if err != nil {
