@@ -257,9 +257,6 @@ func New(cfg Config) (*Agent, error) {
 		if e.Dir == "" || e.Runtime == nil {
 			return nil, errors.New("agent: egress needs a directory and a runtime")
 		}
-		if err := checkEgressDir(e.Dir); err != nil {
-			return nil, err
-		}
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("subsystem", "agent", "node", cfg.Node), orphans: map[string]time.Time{}, attempts: map[string]int{}, credFP: map[string]string{},
 		paused: map[string]bool{}, rejoined: make(chan struct{}), stops: map[string]*stopping{}}

@@ -273,13 +273,32 @@ func (a *Agent) reportEgress(ctx context.Context, sb *shoalv1.Sandbox, status, r
 	return err
 }
 
-// checkEgressDir refuses a directory whose sockets' paths would be too
-// long for a unix socket (Dir/UID/s).
-func checkEgressDir(dir string) error {
-	if n := len(filepath.Join(dir, strings.Repeat("u", 36), "s")); n > maxSocketPath {
-		return fmt.Errorf("--egress-dir %s: its sockets' paths would be %d bytes, more than a unix socket's %d: give a shorter directory", dir, n, maxSocketPath)
+// listenUnix listens on a unix socket at path. A path longer than a
+// socket address holds (a deep --egress-dir) is reached through its
+// directory's descriptor, /proc/self/fd/N/NAME, which the kernel resolves
+// to the same file; dir is that directory, to close once the listener is
+// closed (nil for a short path).
+func listenUnix(path string) (ln net.Listener, dir *os.File, err error) {
+	if len(path) <= maxSocketPath {
+		ln, err = net.Listen("unix", path)
+		return ln, nil, err
 	}
-	return nil
+	dir, err = os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, nil, err
+	}
+	ln, err = net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path)))
+	if err != nil {
+		dir.Close()
+		return nil, nil, err
+	}
+	return ln, dir, nil
+}
+
+func closeDir(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
 }
 
 // maxSocketPath is the longest path a unix socket may have on Linux
@@ -315,13 +334,10 @@ func (e *egressState) serve(a *Agent, sb *shoalv1.Sandbox, cutBelow int64) error
 		return fmt.Errorf("egress: %w", err)
 	}
 	path := filepath.Join(dir, "s")
-	if len(path) > maxSocketPath {
-		return fmt.Errorf("egress: the socket path %s is %d bytes, more than a unix socket's %d: give the node a shorter --egress-dir", path, len(path), maxSocketPath)
-	}
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("egress: %w", err)
 	}
-	ln, err := net.Listen("unix", path)
+	ln, dirf, err := listenUnix(path)
 	if err != nil {
 		return fmt.Errorf("egress: listen for sandbox %s: %w", sb.Meta.Name, err)
 	}
@@ -334,6 +350,7 @@ func (e *egressState) serve(a *Agent, sb *shoalv1.Sandbox, cutBelow int64) error
 	}
 	if err := os.Chmod(path, mode); err != nil {
 		ln.Close()
+		closeDir(dirf)
 		return fmt.Errorf("egress: %w", err)
 	}
 	ctx, cancel := context.WithCancel(a.life)
@@ -346,6 +363,7 @@ func (e *egressState) serve(a *Agent, sb *shoalv1.Sandbox, cutBelow int64) error
 	go func() {
 		defer a.bg.Done()
 		defer close(s.done)
+		defer closeDir(dirf) // after Serve closed (and unlinked) the socket
 		if err := e.proxy.Serve(ctx, ln, uid); err != nil && ctx.Err() == nil {
 			a.log.Warn("egress: serving a sandbox's socket failed; it is served again at its next sync", "sandbox", sb.Meta.Name, "err", err)
 			e.mu.Lock()

@@ -1,6 +1,11 @@
 package agent
 
 import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -39,5 +44,49 @@ func TestBackoffDoublesAndStartsOverAfterAHealthyStream(t *testing.T) {
 	b.opened(now)
 	if d := b.next(now.Add(2 * time.Second)); d != b.p.Initial {
 		t.Fatalf("after a stream that held for longer than max: %s, want %s", d, b.p.Initial)
+	}
+}
+
+// A socket path longer than a socket address holds is listened on through
+// its directory's descriptor: the socket is at the path, answers there,
+// and is gone when the listener is closed.
+func TestListenUnixOnALongPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "s")
+	if len(path) <= maxSocketPath {
+		t.Fatalf("path %d bytes: the test needs one longer than %d", len(path), maxSocketPath)
+	}
+	ln, d, err := listenUnix(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("the socket at its path: %v, %v", fi, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			_, err = c.Write([]byte("ok"))
+			c.Close()
+		}
+		done <- err
+	}()
+	c, err := net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d/s", d.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(c)
+	c.Close()
+	if err != nil || string(b) != "ok" || <-done != nil {
+		t.Fatalf("through the long path's socket: %q, %v", b, err)
+	}
+	ln.Close()
+	closeDir(d)
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the socket after the listener closed: %v; want it removed", err)
 	}
 }

@@ -311,7 +311,8 @@ func portOf(t *testing.T, addr string) string {
 // A node killed hard takes its proxy with it: its sandboxes' sidecars
 // relay to a socket nothing serves, so nothing gets out while it is down
 // (no open egress is left behind); restarted on the same data dir, it
-// serves them again.
+// serves them again. Its --egress-dir is deeper than a socket address
+// holds.
 func TestEgressClosedWhileTheNodeIsDown(t *testing.T) {
 	t.Parallel()
 	dc := testenv.RequireDocker(t)
@@ -322,7 +323,10 @@ func TestEgressClosedWhileTheNodeIsDown(t *testing.T) {
 	t.Cleanup(func() { testenv.RemoveNodeContainers(t, cfg.ID) })
 	args := []string{"--node-id", cfg.ID, "--data-dir", cfg.DataDir, "--listen", api,
 		"--etcd-listen-client", cfg.EtcdListenClient, "--etcd-listen-peer", cfg.EtcdListenPeer,
-		"--resync", "300ms", "--lease-ttl", "2s"}
+		"--resync", "300ms", "--lease-ttl", "2s",
+		// Deeper than a unix socket's address holds: the node listens
+		// through the directory's descriptor.
+		"--egress-dir", filepath.Join(t.TempDir(), strings.Repeat("e", 80))}
 	node1 := startBinaryNode(t, bin, args...)
 	c := dial(t, api)
 	testenv.Eventually(t, time.Minute, "node serving", func() (bool, error) {
