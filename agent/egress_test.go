@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 	"shoal/agent"
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/docker"
-	"shoal/egress"
 	"shoal/internal/testenv"
 	"shoal/store"
 )
@@ -81,20 +79,7 @@ func TestEgressFollowsThePolicyAndTheLease(t *testing.T) {
 
 	// The upstream: an HTTP server on a host address, as a site on the
 	// internet would be.
-	var host netip.Addr
-	as, err := egress.HostAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range as {
-		if a.Is4() && !a.IsLoopback() {
-			host = a
-			break
-		}
-	}
-	if !host.IsValid() {
-		t.Fatal("the host has no IPv4 address but loopback")
-	}
+	host := testenv.HostAddr(t)
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)

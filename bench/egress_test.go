@@ -17,7 +17,6 @@ import (
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/docker"
-	"shoal/egress"
 	"shoal/internal/testenv"
 )
 
@@ -49,20 +48,7 @@ func BenchmarkEgress(b *testing.B) {
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build egressclient: %v\n%s", err, out)
 	}
-	var host string
-	as, err := egress.HostAddrs()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, a := range as {
-		if a.Is4() && !a.IsLoopback() {
-			host = a.String()
-			break
-		}
-	}
-	if host == "" {
-		b.Fatal("the host has no IPv4 address but loopback")
-	}
+	host := testenv.HostAddr(b).String()
 	ln, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		b.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,27 +19,8 @@ import (
 
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/docker"
-	"shoal/egress"
 	"shoal/internal/testenv"
 )
-
-// hostAddr is an IPv4 address of one of the host's interfaces other than
-// loopback (docker0 at least): reachable from the node's proxy, and, from
-// a sandbox, only through it.
-func hostAddr(t *testing.T) netip.Addr {
-	t.Helper()
-	as, err := egress.HostAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range as {
-		if a.Is4() && !a.IsLoopback() {
-			return a
-		}
-	}
-	t.Fatal("the host has no IPv4 address but loopback")
-	return netip.Addr{}
-}
 
 // upstream is a fake internet: an HTTP server on every host address
 // saying who it is.
@@ -146,7 +126,7 @@ func TestEgressEnforcedOnTheOwner(t *testing.T) {
 	n := testenv.StartNode(t, cfg)
 	ctx := ctxT(t, 4*time.Minute)
 	c := n.Client
-	host := hostAddr(t).String()
+	host := testenv.HostAddr(t).String()
 	allowed, other, tcp := upstream(t, "allowed"), upstream(t, "other"), banner(t)
 	url := func(port int) string { return "http://" + net.JoinHostPort(host, strconv.Itoa(port)) + "/" }
 	wget := func(args ...string) (string, string, int32) {
@@ -333,7 +313,7 @@ func TestEgressClosedWhileTheNodeIsDown(t *testing.T) {
 		_, err := c.ListSandboxes(ctx, &shoalv1.ListSandboxesRequest{})
 		return err == nil, err
 	})
-	host := hostAddr(t).String()
+	host := testenv.HostAddr(t).String()
 	port := upstream(t, "allowed")
 	url := "http://" + net.JoinHostPort(host, strconv.Itoa(port)) + "/"
 	sb, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
@@ -385,7 +365,7 @@ func TestEgressOnABridgeNode(t *testing.T) {
 	n := testenv.StartNode(t, cfg)
 	ctx := ctxT(t, 3*time.Minute)
 	c := n.Client
-	host := hostAddr(t).String()
+	host := testenv.HostAddr(t).String()
 	port := upstream(t, "allowed")
 	url := "http://" + net.JoinHostPort(host, strconv.Itoa(port)) + "/"
 	sb, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{

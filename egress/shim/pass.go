@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"syscall"
-	"time"
 )
 
 // PassMarker is the one byte that carries a passed connection's
@@ -24,14 +23,8 @@ const PassMarker = 0xfd
 // only lets the node use it. A connection whose socket cannot be dialled
 // (the node is restarting) is closed at once, as Forward does.
 func Pass(ctx context.Context, ln net.Listener, socket string) error {
-	d := net.Dialer{Timeout: 5 * time.Second}
-	return Serve(ctx, ln, func(ctx context.Context, c net.Conn, open *Conns) {
-		up, err := d.DialContext(ctx, "unix", socket)
-		if err != nil {
-			return
-		}
-		defer up.Close()
-		_ = SendConn(up.(*net.UnixConn), c)
+	return toSocket(ctx, ln, socket, func(c net.Conn, up *net.UnixConn, _ *Conns) {
+		_ = SendConn(up, c)
 	})
 }
 

@@ -24,6 +24,19 @@ import (
 // node is restarting) is closed at once: the client sees its proxy
 // connection fail, and retries.
 func Forward(ctx context.Context, ln net.Listener, socket string) error {
+	return toSocket(ctx, ln, socket, func(c net.Conn, up *net.UnixConn, open *Conns) {
+		if !open.Add(up) {
+			return
+		}
+		defer open.Remove(up)
+		Relay(c, up, nil)
+	})
+}
+
+// toSocket serves ln (Serve), dialling socket anew for every connection
+// it accepts and handing both to use; a connection whose socket cannot be
+// dialled is closed at once. Forward and Pass are its two uses.
+func toSocket(ctx context.Context, ln net.Listener, socket string, use func(c net.Conn, up *net.UnixConn, open *Conns)) error {
 	d := net.Dialer{Timeout: 5 * time.Second}
 	return Serve(ctx, ln, func(ctx context.Context, c net.Conn, open *Conns) {
 		up, err := d.DialContext(ctx, "unix", socket)
@@ -31,11 +44,7 @@ func Forward(ctx context.Context, ln net.Listener, socket string) error {
 			return
 		}
 		defer up.Close()
-		if !open.Add(up) {
-			return
-		}
-		defer open.Remove(up)
-		Relay(c, up, nil)
+		use(c, up.(*net.UnixConn), open)
 	})
 }
 
