@@ -144,7 +144,8 @@ const pauseWidth = 16
 // rejoin reconciles the containers with the records after the node held no
 // lease, or registered anew (which includes its first start): containers of
 // sandboxes that are gone, replaced or being deleted go at once, without the
-// orphan grace; the ones freeze paused are thawed; every sandbox is queued.
+// orphan grace; the ones freeze paused are thawed (first: before any
+// removal or stop); every sandbox is queued.
 // Containers are listed before records, as in resync.
 func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 	ctx, cancel := context.WithTimeout(ctx, stepTimeout)
@@ -174,9 +175,28 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 		known[sb.Meta.Uid] = true
 		q.Add(item{sb.Meta.Workspace, sb.Meta.Name})
 	}
+	// Two passes: first the frozen containers of live sandboxes are thawed,
+	// then the rest are stopped or removed. A removal can be slow or hang
+	// (a force-remove of a frozen container on a busy engine); sandboxes
+	// that are meant to run must not stay frozen behind it (a chaos
+	// partition left a node's live sandboxes frozen that way).
 	removed, thawed := 0, 0
 	var errs []error
+	var rest []shoal.Container
 	for _, c := range cs {
+		if !live[c.UID] || !a.paused[c.ID] || stopped[c.UID] {
+			rest = append(rest, c)
+			continue
+		}
+		if err := a.cfg.Runtime.Unpause(ctx, c.ID); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		thawed++
+		a.recordThawed(c)
+		delete(a.paused, c.ID)
+	}
+	for _, c := range rest {
 		switch {
 		case !live[c.UID]:
 			// (A frozen one is thawed by RemoveContainer first: its
@@ -193,7 +213,7 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 			if !known[c.UID] {
 				a.recordGoneOnRejoin(c) // (a DELETING one's teardown records its own)
 			}
-		case a.paused[c.ID] && stopped[c.UID]:
+		case a.paused[c.ID]:
 			// Stopped while the node was cut off: stopped at once with
 			// no grace (the runtime thaws it first: a frozen process
 			// takes no signal; it runs only until the kill, before the
@@ -203,13 +223,6 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 				continue
 			}
 			thawed++
-		case a.paused[c.ID]:
-			if err := a.cfg.Runtime.Unpause(ctx, c.ID); err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			thawed++
-			a.recordThawed(c)
 		}
 		delete(a.paused, c.ID)
 	}

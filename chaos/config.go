@@ -22,6 +22,10 @@ type Config struct {
 	ReportDir string
 	// DeletingBound: after faults heal, no sandbox may stay DELETING longer.
 	DeletingBound time.Duration
+	// OpTimeout bounds every client call of the traffic (a lifecycle's
+	// wait-delete gets twice as long); a call that times out is recorded
+	// as ambiguous. Default 20s (also when zero).
+	OpTimeout time.Duration
 
 	// Cluster, if above 0, starts that many voters as separate hosts
 	// (package chaos/hosts), plus Workers workers; 0 runs one node.
@@ -60,6 +64,7 @@ func DefaultConfig() Config {
 		Clients:       8,
 		ReportDir:     "chaos-report",
 		DeletingBound: 30 * time.Second,
+		OpTimeout:     20 * time.Second,
 		Prefix:        "/shoal",
 	}
 }
@@ -113,6 +118,12 @@ func (c *Config) Validate() error {
 	}
 	if c.DeletingBound <= 0 {
 		return errors.New("--deleting-bound: must be positive")
+	}
+	if c.OpTimeout < 0 {
+		return errors.New("--op-timeout: must be positive")
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = DefaultConfig().OpTimeout
 	}
 	if c.Endpoint == "" && c.Binary == "" {
 		return errors.New("no shoal binary to start a node with (Binary; shoal-lab: --shoal-binary)")

@@ -308,7 +308,7 @@ func (g *egressTraffic) someRules(rng *rand.Rand) ([]*shoalv1.EgressRule, string
 func (g *egressTraffic) create(ctx context.Context, id int, rng *rand.Rand, name string) {
 	tok := fmt.Sprintf("i%d", g.incs.Add(1))
 	rules, arg := g.someRules(rng)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.t.opTimeout())
 	defer cancel()
 	op := g.t.h.begin(g.t.scn, id, "sandbox-create", name)
 	op.Egress = &EgressOp{Inc: tok, Dest: arg}
@@ -325,7 +325,7 @@ func (g *egressTraffic) create(ctx context.Context, id int, rng *rand.Rand, name
 func (g *egressTraffic) deleteWait(ctx context.Context, id int, name string) {
 	g.t.target(name, 1)
 	defer g.t.target(name, -1)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.t.opTimeout())
 	defer cancel()
 	op := g.t.h.begin(g.t.scn, id, "sandbox-delete-wait", name)
 	_, err := g.t.e.clientFor(id).DeleteSandbox(cctx, &shoalv1.DeleteSandboxRequest{Name: name, Wait: true})
@@ -338,7 +338,7 @@ func (g *egressTraffic) deleteWait(ctx context.Context, id int, name string) {
 func (g *egressTraffic) label(ctx context.Context, id int, rng *rand.Rand) {
 	for ctx.Err() == nil {
 		n := g.pick(rng)
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.t.opTimeout())
 		op, err := g.t.write(cctx, nil, id, "sandbox-label", n)
 		g.t.h.finish(op, err)
 		op, err = g.t.get(cctx, id, n)
@@ -372,7 +372,7 @@ func (g *egressTraffic) writePolicies(ctx context.Context, id int, rng *rand.Ran
 			kind, arg = "egress-remove", egressToggled[rng.IntN(len(egressToggled))]
 			req.RemoveEgressRules = []*shoalv1.EgressRule{g.up.rule(arg)}
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.t.opTimeout())
 		op := g.t.h.begin(g.t.scn, id, kind, n)
 		op.Arg = arg
 		op.Egress = &EgressOp{}
@@ -417,7 +417,7 @@ const attemptScript = `echo "inc=$` + egressIncEnv + `"; exec wget -q -O - "$1$`
 func (g *egressTraffic) attempt(ctx context.Context, id int, name, d string) codes.Code {
 	a := g.attempts.Add(1)
 	url := fmt.Sprintf("http://%s/a/%d/", g.up.dests[d], a)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.t.opTimeout())
 	defer cancel()
 	op := g.t.h.begin(g.t.scn, id, "egress-connect", name)
 	op.Arg = d

@@ -123,7 +123,7 @@ type Pct struct {
 
 func reportConfig(c Config) map[string]any {
 	return map[string]any{"scenarios": c.Scenarios, "duration": c.Duration.String(), "clients": c.Clients,
-		"deleting_bound": c.DeletingBound.String(), "endpoint": c.Endpoint, "cluster": c.Cluster, "workers": c.Workers}
+		"deleting_bound": c.DeletingBound.String(), "op_timeout": c.OpTimeout.String(), "endpoint": c.Endpoint, "cluster": c.Cluster, "workers": c.Workers}
 }
 
 func pct(ds []time.Duration) Pct {

@@ -25,8 +25,9 @@ const (
 	providerPool = 3
 )
 
-// opTimeout bounds every client call; a timed-out call is ambiguous.
-const opTimeout = 20 * time.Second
+// opTimeout bounds every client call (Config.OpTimeout); a timed-out
+// call is ambiguous.
+func (t *traffic) opTimeout() time.Duration { return t.e.cfg.OpTimeout }
 
 type weighted struct {
 	kind   string
@@ -173,7 +174,7 @@ func (t *traffic) client(ctx context.Context, id int, rng *rand.Rand) {
 
 func (t *traffic) do(ctx context.Context, id int, rng *rand.Rand, kind string) codes.Code {
 	c := t.e.clientFor(id)
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opTimeout())
 	defer cancel()
 	var op *Op
 	var err error
@@ -301,7 +302,7 @@ func (t *traffic) write(ctx context.Context, st *store.Store, id int, kind, name
 func (t *traffic) lifecycle(ctx context.Context, id int) {
 	for i := 0; ctx.Err() == nil; i++ {
 		pn, sn := fmt.Sprintf("%s-lp%d", t.scn, i), fmt.Sprintf("%s-ls%d", t.scn, i)
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*opTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*t.opTimeout())
 		step := func(kind, name string, call func() error) bool {
 			op := t.h.begin(t.scn, id, kind, name)
 			op.Lifecycle = true
@@ -407,7 +408,7 @@ func (t *traffic) contend(ctx context.Context, id int, kind string, rng *rand.Ra
 	st := store.New(t.e.raw, store.Options{Prefix: t.e.cfg.Prefix})
 	for ctx.Err() == nil {
 		name := t.focus()
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), opTimeout)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.opTimeout())
 		op, err := t.write(cctx, st, id, kind, name)
 		t.h.finish(op, err)
 		if status.Code(err) == codes.NotFound {

@@ -18,6 +18,7 @@ func chaosCmd(t *shoalcli.Tool) *cli.Command {
 		&cli.IntFlag{Name: "clients", Value: def.Clients, Usage: "`N` concurrent traffic clients"},
 		&cli.StringFlag{Name: "report", Value: def.ReportDir, Usage: "write the report to `DIR`"},
 		&cli.DurationFlag{Name: "deleting-bound", Value: def.DeletingBound, Usage: "after faults heal, no sandbox may stay DELETING longer than `DURATION`"},
+		&cli.DurationFlag{Name: "op-timeout", Value: def.OpTimeout, Usage: "bound every traffic call to `DURATION` (a call that times out is recorded as ambiguous)"},
 		&cli.BoolFlag{Name: "keep-data", Usage: "keep the run's etcd data and node log"},
 		shoalBinaryFlag(),
 	}
@@ -39,6 +40,7 @@ func chaosCmd(t *shoalcli.Tool) *cli.Command {
 		cfg.Clients = c.Int("clients")
 		cfg.ReportDir = c.String("report")
 		cfg.DeletingBound = c.Duration("deleting-bound")
+		cfg.OpTimeout = c.Duration("op-timeout")
 		cfg.KeepData = c.Bool("keep-data")
 		if t.TTY() {
 			cfg.Progress = t.Stderr()
