@@ -41,6 +41,8 @@ require (
 
 require github.com/creack/pty v1.1.24
 
+require github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10
+
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect
