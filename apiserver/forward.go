@@ -19,7 +19,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/pki"
 	"shoal/store"
-	"shoal/tracing"
+	"shoal/tracectx"
 )
 
 // Any node serves any call: a call that needs a sandbox's container (exec,
@@ -57,7 +57,7 @@ func (p *peers) client(addr string) (shoalv1.ShoalClient, error) {
 		tp = noop.NewTracerProvider()
 	}
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(p.transport.DialCreds()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(tracing.Propagator))),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(tracectx.Propagator))),
 		grpc.WithReadBufferSize(shoal.ClientBufferBytes), grpc.WithWriteBufferSize(shoal.ClientBufferBytes),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(shoal.MaxResponseBytes), grpc.MaxCallSendMsgSize(shoal.MaxRequestBytes), grpc.ForceCodecV2(newRelayCodec())))
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +28,8 @@ import (
 //   - `shoal --help` vs `etcdctl version` (goal: ≤ 1).
 //
 // Each figure is the median wall time (start to exit, stdout read through
-// a pipe) of -benchtime rounds, a round running every command once; the
+// a pipe) of -benchtime rounds, a round running every command once, in a
+// shuffled order; the
 // ratios are given of the medians and of the best runs. etcdctl
 // is $ETCDCTL, else etcdctl on PATH, else $GOPATH/bin/etcdctl; build it at
 // the etcd version go.mod has (docs/benchmarks.md says how).
@@ -92,10 +94,20 @@ func BenchmarkCLIVsEtcdctl(b *testing.B) {
 		}
 		b.Logf("%s: %d bytes of output, first run %s", c.name, len(out), d)
 	}
+	// Each round runs the commands in an order of its own (seeded: the
+	// same rounds each run): in a fixed order, a command always ran
+	// right after the same other one and met the machine as that one left
+	// it (its page cache, its CPU frequency, a GC of the node).
+	order := make([]int, len(cmds))
+	for i := range order {
+		order[i] = i
+	}
+	rng := rand.New(rand.NewPCG(22, 3))
 	b.ResetTimer()
 	for range b.N {
-		for i, c := range cmds {
-			_, d := runTimed(b, c.cmd())
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			_, d := runTimed(b, cmds[i].cmd())
 			times[i] = append(times[i], d)
 		}
 	}

@@ -19,7 +19,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/apiclient"
 	"shoal/pki"
-	"shoal/tracing"
+	"shoal/tracectx"
 )
 
 // Version is stamped at build time (-ldflags -X shoal/cli.Version=...) by
@@ -167,7 +167,7 @@ func (a *app) root(spec ToolSpec) *cli.App {
 				return err
 			}
 			if c.Bool("trace") {
-				ctx, id, err := tracing.Start(c.Context)
+				ctx, id, err := tracectx.Start(c.Context)
 				if err != nil {
 					return err
 				}
@@ -216,7 +216,7 @@ func (a *app) api() (shoalv1.ShoalClient, error) {
 	}
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(tr.DialCreds())}
 	if a.trace {
-		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithPropagators(tracing.Propagator))))
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithPropagators(tracectx.Propagator))))
 	}
 	f, err := apiclient.Dial(addrs, append(opts,
 		// A node that does not answer the connect is left after 5s for

@@ -41,7 +41,7 @@ import (
 	"shoal/pki"
 	"shoal/registry"
 	"shoal/store"
-	"shoal/tracing"
+	"shoal/tracectx"
 )
 
 // engine is what the node needs of a container runtime: the Docker
@@ -374,7 +374,7 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 	// past its handshake.
 	opts := append(p.api.ServerOptions(), p.apiLis.ServerOptions(n.transport.ServerCreds())...)
 	p.gs = grpc.NewServer(append(opts,
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(tracing.Propagator))))...)
+		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(tracectx.Propagator))))...)
 	shoalv1.RegisterShoalServer(p.gs, p.api)
 	n.mu.Lock()
 	etcdMember := n.etcdOwn

@@ -16,7 +16,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/internal/testenv"
 	"shoal/node"
-	"shoal/tracing"
+	"shoal/tracectx"
 )
 
 // A delete under concurrent label writers, sent with a trace context (as
@@ -33,7 +33,7 @@ func TestDeleteTraceShowsConflicts(t *testing.T) {
 	n := testenv.StartNode(t, cfg)
 	ctx := ctxT(t, 3*time.Minute)
 	conn, err := grpc.NewClient(n.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithPropagators(tracing.Propagator))))
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithPropagators(tracectx.Propagator))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestDeleteTraceShowsConflicts(t *testing.T) {
 		}
 		// The writers are all at it before the delete goes.
 		testenv.Eventually(t, 30*time.Second, "the writers are writing", func() (bool, error) { return done.Load() >= 16, nil })
-		tctx, traceID, err := tracing.Start(ctx)
+		tctx, traceID, err := tracectx.Start(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

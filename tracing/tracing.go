@@ -3,13 +3,13 @@
 // protobuf bodies by --otlp-protocol http/protobuf), written as JSON
 // lines to a file (--trace-file, the SDK's stdout exporter), or not made at
 // all (the default: a no-op provider). Trace context travels between
-// processes as W3C traceparent, through otelgrpc's handlers on the API
-// server, on node-to-node forwarding and in the CLI (--trace).
+// processes as W3C traceparent (package tracectx), through otelgrpc's
+// handlers on the API server, on node-to-node forwarding and in the CLI
+// (--trace).
 package tracing
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"os"
@@ -18,12 +18,13 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"shoal/tracectx"
 )
 
 // Options say where spans go.
@@ -46,13 +47,10 @@ const (
 	ProtocolHTTP = "http/protobuf"
 )
 
-// Propagator is the W3C trace context, the one shoal's processes speak.
-var Propagator propagation.TextMapPropagator = propagation.TraceContext{}
-
 // New returns the tracer provider and its shutdown (which flushes). With
 // neither an endpoint nor a file it is a no-op provider.
 func New(ctx context.Context, o Options) (trace.TracerProvider, func(context.Context) error, error) {
-	otel.SetTextMapPropagator(Propagator)
+	otel.SetTextMapPropagator(tracectx.Propagator)
 	if o.OTLPEndpoint == "" && o.File == "" {
 		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
 	}
@@ -107,21 +105,4 @@ func otlpExporter(ctx context.Context, o Options) (sdktrace.SpanExporter, error)
 		opts = append(opts, otlptracegrpc.WithInsecure())
 	}
 	return otlptracegrpc.New(ctx, opts...)
-}
-
-// Start begins a new sampled trace for a client command: ctx carries it
-// (as a remote parent, so a client without an exporter makes no spans of
-// its own) and every call made with otelgrpc's client handler sends it on.
-// It returns the trace id to look for.
-func Start(ctx context.Context) (context.Context, string, error) {
-	var tid trace.TraceID
-	var sid trace.SpanID
-	if _, err := rand.Read(tid[:]); err != nil {
-		return ctx, "", err
-	}
-	if _, err := rand.Read(sid[:]); err != nil {
-		return ctx, "", err
-	}
-	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true})
-	return trace.ContextWithRemoteSpanContext(ctx, sc), tid.String(), nil
 }
