@@ -78,7 +78,7 @@ bench: build image
 	  $(GO) test -run '^$$' -bench OpenShellGetListVsShoal -benchtime 1x -count 3 -timeout 20m ./bench/ && \
 	  $(GO) test -run '^$$' -bench 'CachedGetVsRaw' -benchtime 3000x -count 3 ./bench/ && \
 	  $(GO) test -run '^$$' -bench 'CachedListVsRaw|CreatesAt64Clients|ClientWatches|CacheMemory' -benchtime 1x -count 1 -timeout 20m ./bench/ && \
-	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench CLIVsEtcdctl -benchtime 20x -count 1 -timeout 20m ./bench/ && \
+	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench CLIVsEtcdctl -benchtime 200x -count 1 -timeout 20m ./bench/ && \
 	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench NodeRSS -benchtime 1x -count 1 -timeout 20m ./bench/ && \
 	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench StopStartVsDocker -benchtime 20x -count 1 -timeout 20m ./bench/ && \
 	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench KeystrokeEchoVsDocker -benchtime 1000x -count 1 -timeout 20m ./bench/ && \

@@ -92,6 +92,7 @@ Flags may come before or after positional arguments.
 
 // run runs the command tree of spec: the one path of Main and RunTool.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, spec ToolSpec) int {
+	bufferHelp()
 	a := &app{args: args, stdout: stdout, stderr: stderr, stdin: stdin, ctx: ctx, tty: isTerminal(stderr), lookupEnv: os.LookupEnv}
 	// The root's Before sets the format; errors before it still print.
 	a.out = printer{w: stdout, errw: stderr, format: formatTable, now: time.Now}
