@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -30,26 +29,6 @@ type cuttableLease struct {
 func (l *cuttableLease) State() (bool, uint64) {
 	held, gen := l.Lease.State()
 	return held && !l.cut.Load(), gen
-}
-
-// ask sends one proxied GET through a sandbox's socket, as its sidecar
-// would relay it, and returns the status code and body.
-func ask(t *testing.T, socket, url string) (int, string) {
-	t.Helper()
-	c, err := net.DialTimeout("unix", socket, 5*time.Second)
-	if err != nil {
-		t.Fatalf("dial the sandbox's socket: %v", err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(20 * time.Second))
-	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: upstream\r\n\r\n", url)
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("read the proxy's answer: %v", err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }
 
 // The agent serves a sandbox with rules on a socket of its own, with a
@@ -107,7 +86,7 @@ func TestEgressFollowsThePolicyAndTheLease(t *testing.T) {
 	}
 	applied(1)
 	socket := filepath.Join(dir, sb.Meta.Uid, "s")
-	if code, body := ask(t, socket, url); code != http.StatusOK || body != "upstream" {
+	if code, body := testenv.SocketGet(t, socket, url); code != http.StatusOK || body != "upstream" {
 		t.Fatalf("an allowed request: %d %q", code, body)
 	}
 	if uids, err := rt.EgressSidecars(ctx); err != nil || len(uids) != 1 || uids[0] != sb.Meta.Uid {
@@ -116,12 +95,12 @@ func TestEgressFollowsThePolicyAndTheLease(t *testing.T) {
 
 	// Fenced: refused at once, whatever the policy says.
 	lease.cut.Store(true)
-	if code, body := ask(t, socket, url); code != http.StatusServiceUnavailable {
+	if code, body := testenv.SocketGet(t, socket, url); code != http.StatusServiceUnavailable {
 		t.Errorf("a request while the node does not hold its lease: %d %q; want 503", code, body)
 	}
 	lease.cut.Store(false)
 	testenv.Eventually(t, time.Minute, "admission once the lease is held again", func() bool {
-		code, _ := ask(t, socket, url)
+		code, _ := testenv.SocketGet(t, socket, url)
 		return code == http.StatusOK
 	})
 
@@ -132,7 +111,7 @@ func TestEgressFollowsThePolicyAndTheLease(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if code, body := ask(t, socket, url); code != http.StatusForbidden {
+	if code, body := testenv.SocketGet(t, socket, url); code != http.StatusForbidden {
 		t.Errorf("a request right after its rule was replaced: %d %q; want 403", code, body)
 	}
 	applied(2)
@@ -149,7 +128,7 @@ func TestEgressFollowsThePolicyAndTheLease(t *testing.T) {
 	if err != nil || len(uids) != 0 {
 		t.Errorf("sidecars once the sandbox has no rules: %v, %v; want none", uids, err)
 	}
-	if _, err := net.DialTimeout("unix", socket, time.Second); err == nil {
+	if _, err := testenv.DialUnix(socket, time.Second); err == nil {
 		t.Errorf("the socket still answers once the sandbox has no rules")
 	}
 }

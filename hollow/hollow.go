@@ -37,6 +37,9 @@ type Runtime struct {
 
 	mu         sync.Mutex
 	containers map[string]*ctr // by id
+	// egress holds the simulated egress sidecars (egress.go), by the
+	// sandbox's uid.
+	egress map[string]shoal.EgressSidecar
 	subs       map[chan shoal.ContainerEvent]struct{}
 }
 
@@ -57,7 +60,7 @@ func New(cfg Config) *Runtime {
 	if cfg.Capacity.NCPU == 0 {
 		cfg.Capacity = DefaultCapacity
 	}
-	return &Runtime{cfg: cfg, containers: map[string]*ctr{}, subs: map[chan shoal.ContainerEvent]struct{}{}}
+	return &Runtime{cfg: cfg, containers: map[string]*ctr{}, egress: map[string]shoal.EgressSidecar{}, subs: map[chan shoal.ContainerEvent]struct{}{}}
 }
 
 // wait is the simulated engine's latency (or ctx's end).
@@ -163,7 +166,8 @@ func (r *Runtime) removeLocked(id string) {
 	r.emitLocked(shoal.ContainerEvent{Action: "destroy", ID: id, UID: c.UID})
 }
 
-// Remove removes every container of a sandbox uid.
+// Remove removes every container of a sandbox uid, and its egress
+// sidecar, as docker's does.
 func (r *Runtime) Remove(ctx context.Context, uid string) error {
 	if err := r.wait(ctx); err != nil {
 		return err
@@ -175,6 +179,7 @@ func (r *Runtime) Remove(ctx context.Context, uid string) error {
 			r.removeLocked(id)
 		}
 	}
+	delete(r.egress, uid)
 	return nil
 }
 

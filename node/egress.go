@@ -11,15 +11,17 @@ import (
 	"shoal/audit"
 	"shoal/docker"
 	"shoal/egress"
+	"shoal/hollow"
 )
 
 // egressConfig is the agent's egress enforcement (package egress), when
-// the node's engine can run sidecars (Docker; a hollow node cannot). Each
+// the node's engine can run sidecars (Docker), or simulates them (a
+// hollow node with --hollow-egress; hollow/egress.go). Each
 // refused or audited connection is also an audit-log line, at most
 // egressAuditPerSecond a second.
 func egressConfig(cfg Config, rt engine, auditLog apiserver.Auditor) *agent.EgressConfig {
 	er, ok := rt.(agent.EgressRuntime)
-	if !ok || cfg.Runtime == RuntimeHollow {
+	if !ok || (cfg.Runtime == RuntimeHollow && !cfg.HollowEgress) {
 		return nil
 	}
 	dir := cfg.EgressDir
@@ -47,7 +49,10 @@ const egressAuditPerSecond = 20
 
 // The node's engine must serve egress, or sandboxes with rules would be
 // reported not enforced without anything saying why.
-var _ agent.EgressRuntime = (*docker.Runtime)(nil)
+var (
+	_ agent.EgressRuntime = (*docker.Runtime)(nil)
+	_ agent.EgressRuntime = (*hollow.Runtime)(nil)
+)
 
 func auditCode(v egress.Verdict) string {
 	if v == egress.VerdictAudit {

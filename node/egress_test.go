@@ -20,6 +20,7 @@ import (
 	shoalv1 "shoal/api/shoal/v1"
 	"shoal/docker"
 	"shoal/internal/testenv"
+	"shoal/node"
 )
 
 // upstream is a fake internet: an HTTP server on every host address
@@ -406,4 +407,71 @@ func TestEgressOnABridgeNode(t *testing.T) {
 		}
 		return fmt.Errorf("conditions %v", sb.GetStatus().GetConditions())
 	})
+}
+
+// A hollow node with --hollow-egress enforces egress as a Docker node
+// does, the sidecars simulated: a sandbox with rules gets its socket,
+// served by the node's proxy, with the version applied in its status; a
+// request through it reaches an allowed upstream, a policy change is in
+// force for the next one, and a sandbox with no rules (or deleted) has no
+// socket and no sidecar left. Without --runtime hollow the flag is refused.
+func TestEgressOnAHollowNode(t *testing.T) {
+	t.Parallel()
+	cfg := testenv.NodeConfig(t)
+	cfg.Runtime, cfg.HollowEgress = node.RuntimeHollow, true
+	n := testenv.StartNode(t, cfg)
+	ctx := ctxT(t, 2*time.Minute)
+	c := n.Client
+	host := testenv.HostAddr(t).String()
+	allowed := upstream(t, "allowed")
+	url := "http://" + net.JoinHostPort(host, strconv.Itoa(allowed)) + "/"
+
+	sb, err := c.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Wait: true, Sandbox: &shoalv1.Sandbox{
+		Meta: &shoalv1.ObjectMeta{Name: "eg"},
+		Spec: &shoalv1.SandboxSpec{Egress: &shoalv1.EgressPolicy{Rules: []*shoalv1.EgressRule{rule(host, allowed)}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := func(v int64) {
+		t.Helper()
+		testenv.Eventually(t, time.Minute, fmt.Sprintf("policy version %d applied", v), func() (bool, error) {
+			got, err := c.GetSandbox(ctx, &shoalv1.GetSandboxRequest{Name: "eg"})
+			return err == nil && got.GetStatus().GetEgressAppliedVersion() == v, err
+		})
+	}
+	applied(sb.Spec.Egress.Version)
+	socket := filepath.Join(cfg.DataDir, "egress", sb.Meta.Uid, "s")
+	if code, body := testenv.SocketGet(t, socket, url); code != http.StatusOK || body != "hello from allowed\n" {
+		t.Fatalf("an allowed request on the hollow node: %d %q", code, body)
+	}
+
+	set := func(rules ...*shoalv1.EgressRule) int64 {
+		t.Helper()
+		up, err := c.UpdateSandbox(ctx, &shoalv1.UpdateSandboxRequest{Name: "eg", SetEgress: &shoalv1.EgressPolicy{Rules: rules}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return up.Spec.Egress.Version
+	}
+	// The next connection after the write's response meets the new
+	// policy (the proxy reads the record; the agent reports the version).
+	v := set(rule(host, allowed+1))
+	if code, body := testenv.SocketGet(t, socket, url); code != http.StatusForbidden {
+		t.Fatalf("a request right after its rule was replaced: %d %q; want 403", code, body)
+	}
+	applied(v)
+
+	applied(set())
+	if _, err := testenv.DialUnix(socket, time.Second); err == nil {
+		t.Error("the socket still answers once the sandbox has no rules")
+	}
+	if _, err := c.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: "eg", Wait: true}); err != nil {
+		t.Fatal(err)
+	}
+
+	bad := testenv.NodeConfig(t)
+	bad.HollowEgress = true
+	if _, err := node.New(bad); err == nil || !strings.Contains(err.Error(), "--hollow-egress") {
+		t.Fatalf("a Docker node with --hollow-egress: %v; want an error naming the flag", err)
+	}
 }

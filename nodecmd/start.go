@@ -84,6 +84,7 @@ installation's, 1 any other failure.`,
 			&cli.DurationFlag{Name: "handshake-timeout", Value: def.HandshakeTimeout, Usage: "close an API connection not past its handshake within `DURATION` of being accepted"},
 			&cli.StringFlag{Name: "runtime", Value: def.Runtime, Usage: "`RUNTIME` of the sandboxes: docker, or hollow (containers simulated in memory, for scale tests only; the node is labelled shoal.dev/runtime=hollow)"},
 			&cli.DurationFlag{Name: "hollow-latency", Usage: "with --runtime hollow: `DURATION` each simulated container change and exec takes"},
+			&cli.BoolFlag{Name: "hollow-egress", Usage: "with --runtime hollow: enforce egress policies as a Docker node does (a socket per sandbox with rules, served by the node's proxy under --egress-dir), the sidecars simulated; for scale tests of egress"},
 			&cli.BoolFlag{Name: "openshell-api", Value: def.OpenShellAPI, Usage: "serve OpenShell's gateway API (openshell.v1) beside shoal.v1 on the same address, so OpenShell's clients work unchanged (--openshell-api=false: shoal.v1 only)"},
 			&cli.BoolFlag{Name: "watch-cache", Value: def.WatchCache, Usage: "serve reads and watches from a watch-fed copy of sandboxes and providers (--watch-cache=false: every read from etcd)"},
 			&cli.StringFlag{Name: "debug-listen", Usage: "serve net/http/pprof on `ADDRESS` (off by default; plaintext, so loopback only unless --insecure)"},
@@ -183,6 +184,7 @@ installation's, 1 any other failure.`,
 			cfg.OpenShellAPI = c.Bool("openshell-api")
 			cfg.Runtime = c.String("runtime")
 			cfg.HollowLatency = c.Duration("hollow-latency")
+			cfg.HollowEgress = c.Bool("hollow-egress")
 			cfg.Logger = slog.New(h)
 			tp, stopTracing, err := tracing.New(c.Context, tracing.Options{OTLPEndpoint: c.String("otlp-endpoint"), OTLPProtocol: c.String("otlp-protocol"),
 				OTLPInsecure: c.Bool("otlp-insecure"), File: c.String("trace-file"), Node: cfg.ID})
