@@ -40,7 +40,7 @@ type Runtime struct {
 	// egress holds the simulated egress sidecars (egress.go), by the
 	// sandbox's uid.
 	egress map[string]shoal.EgressSidecar
-	subs       map[chan shoal.ContainerEvent]struct{}
+	subs   map[chan shoal.ContainerEvent]struct{}
 }
 
 // ctr is one simulated container.
