@@ -128,7 +128,8 @@ func TestEgressFollowsThePolicyAndTheLease(t *testing.T) {
 	if err != nil || len(uids) != 0 {
 		t.Errorf("sidecars once the sandbox has no rules: %v, %v; want none", uids, err)
 	}
-	if _, err := testenv.DialUnix(socket, time.Second); err == nil {
+	if c, err := testenv.DialUnix(socket, time.Second); err == nil {
+		c.Close()
 		t.Errorf("the socket still answers once the sandbox has no rules")
 	}
 }

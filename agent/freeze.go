@@ -200,8 +200,10 @@ func (a *Agent) rejoin(ctx context.Context, q *workqueue.Queue[item]) error {
 		switch {
 		case !live[c.UID]:
 			// (A frozen one is thawed by RemoveContainer first: its
-			// egress goes before, so that the thaw opens nothing.)
-			if err := a.closeEgress(c.UID); err != nil {
+			// egress goes before, so that the thaw opens nothing. Its
+			// sidecar too: RemoveContainer takes only the container, and
+			// a sandbox that is gone has no teardown to take it.)
+			if err := a.stopEgress(ctx, c.UID); err != nil {
 				errs = append(errs, err)
 				continue
 			}

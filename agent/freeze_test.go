@@ -85,25 +85,31 @@ func TestRejoinThawsBeforeItRemoves(t *testing.T) {
 	lease := &cuttableLease{Lease: reg}
 	defer run(ctx, t, reg, agent.Config{Node: node, Store: st, Runtime: hr, Lease: lease, Resync: time.Hour})()
 
-	// Created in this order, the doomed sandbox's container is listed
-	// first (newest first), so a single pass would remove before it thaws.
+	// One after the other, so that the doomed sandbox's container is the
+	// newer and listed first (the engine lists newest first): a single
+	// pass would remove it before it thaws the live one.
+	containers := map[string]string{} // sandbox name → container id
 	for _, name := range []string{"live", "doomed"} {
 		if _, err := st.CreateSandbox(ctx, &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: name},
 			Spec: &shoalv1.SandboxSpec{Image: docker.DefaultImage}, Status: &shoalv1.SandboxStatus{Node: node}}); err != nil {
 			t.Fatal(err)
 		}
-	}
-	containers := map[string]string{} // sandbox name → container id
-	testenv.Eventually(t, time.Minute, "both sandboxes READY", func() (bool, error) {
-		for _, name := range []string{"live", "doomed"} {
+		testenv.Eventually(t, time.Minute, name+" READY", func() (bool, error) {
 			sb, err := st.GetSandbox(ctx, "default", name)
 			if err != nil || sb.Status.Phase != shoalv1.SandboxPhase_READY {
 				return false, err
 			}
 			containers[name] = sb.Status.ContainerId
-		}
-		return true, nil
-	})
+			return true, nil
+		})
+	}
+	cs, err := rt.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 2 || cs[0].ID != containers["doomed"] {
+		t.Fatalf("the engine lists %v; the test needs the doomed sandbox's container %s first", cs, containers["doomed"])
+	}
 	live := containers["live"]
 	hr.watch.Store(&live)
 

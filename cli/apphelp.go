@@ -65,8 +65,9 @@ func writeAppHelp(out *bytes.Buffer, app *cli.App) bool {
 	}
 	b.WriteString("\n\nUSAGE:\n   ")
 	b.WriteString(app.HelpName)
+	b.WriteString(" ") // the template's, flags or not
 	if len(app.VisibleFlags()) > 0 {
-		b.WriteString(" [global options]")
+		b.WriteString("[global options]")
 	}
 	if len(app.Commands) > 0 {
 		b.WriteString(" command [command options]")

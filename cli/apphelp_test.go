@@ -48,6 +48,9 @@ func TestAppHelpMatchesTheTemplate(t *testing.T) {
 				&cli.DurationFlag{Name: "wait", Value: time.Second, Usage: "wait `D`\nacross lines"})
 		}},
 		{name: "no version, no description", spec: tool, change: func(a *cli.App) { a.HideVersion, a.Description = true, "" }},
+		{name: "no flags, no commands", spec: tool, change: func(a *cli.App) {
+			a.Flags, a.Commands, a.HideHelp, a.HideHelpCommand, a.HideVersion = nil, nil, true, true, true
+		}},
 		{name: "command categories", spec: categorised, decline: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,7 +89,11 @@ func TestAppHelpMatchesTheTemplate(t *testing.T) {
 				}
 				t.Fatalf("the same lines, yet not the same bytes")
 			}
-			if !strings.Contains(got.String(), "COMMANDS:") || !strings.Contains(got.String(), "GLOBAL OPTIONS:") {
+			if tc.name == "no flags, no commands" {
+				if strings.Contains(got.String(), "OPTIONS") || strings.Contains(got.String(), "COMMANDS") {
+					t.Fatalf("the case meant to have no flags and no commands has them:\n%s", got.String())
+				}
+			} else if !strings.Contains(got.String(), "COMMANDS:") || !strings.Contains(got.String(), "GLOBAL OPTIONS:") {
 				t.Fatalf("the help lacks its sections:\n%s", got.String())
 			}
 		})

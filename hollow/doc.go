@@ -9,8 +9,9 @@
 // ending in `exit N`) versus one that runs until removed, a kill with an
 // exit code (Kill), exec of true, false and env (the container's
 // environment, credentials included, as a real one has it), pause and
-// unpause, removal, and the engine's event stream (sandbox cp is refused:
-// a hollow container has no files). Its containers live in
+// unpause, removal, the engine's event stream (sandbox cp is refused:
+// a hollow container has no files), and egress sidecars as records
+// (egress.go: with --hollow-egress the node's egress itself is real). Its containers live in
 // the node process: a hollow node that restarts has none, and its agent
 // reports each of its sandboxes' containers removed (ERROR), as it would of
 // an engine that lost them.

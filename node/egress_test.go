@@ -413,8 +413,9 @@ func TestEgressOnABridgeNode(t *testing.T) {
 // does, the sidecars simulated: a sandbox with rules gets its socket,
 // served by the node's proxy, with the version applied in its status; a
 // request through it reaches an allowed upstream, a policy change is in
-// force for the next one, and a sandbox with no rules (or deleted) has no
-// socket and no sidecar left. Without --runtime hollow the flag is refused.
+// force for the next one, and a sandbox with no rules has no socket left
+// (the simulated sidecars: hollow's TestEgressSidecars). Without
+// --runtime hollow the flag is refused.
 func TestEgressOnAHollowNode(t *testing.T) {
 	t.Parallel()
 	cfg := testenv.NodeConfig(t)
@@ -462,7 +463,8 @@ func TestEgressOnAHollowNode(t *testing.T) {
 	applied(v)
 
 	applied(set())
-	if _, err := testenv.DialUnix(socket, time.Second); err == nil {
+	if c, err := testenv.DialUnix(socket, time.Second); err == nil {
+		c.Close()
 		t.Error("the socket still answers once the sandbox has no rules")
 	}
 	if _, err := c.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: "eg", Wait: true}); err != nil {

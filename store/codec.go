@@ -114,6 +114,11 @@ func (c codec[T]) decoded(key string, raw []byte, rev int64, obj T, _ *record) T
 // (api/shoal/v1/shoal_vtproto.pb.go, `make proto`).
 type vtUnmarshaler interface{ UnmarshalVT([]byte) error }
 
+var (
+	_ vtUnmarshaler = (*shoalv1.Sandbox)(nil)
+	_ vtUnmarshaler = (*shoalv1.Provider)(nil)
+)
+
 // redecode decodes bytes that decode accepted before with the generated
 // decoder: the same object (TestRedecodeMatchesDecode) several times
 // faster, the reflective decoding of maps being most of a cached read's

@@ -136,10 +136,16 @@ func (b both[T]) both(key string, raw []byte, rev int64) (proto.Message, proto.M
 	if err != nil {
 		return nil, nil, err
 	}
-	got := b.c.redecode(key, raw, rev)
-	if got.GetMeta().GetUid() == "" && want.GetMeta().GetUid() != "" {
-		return nil, nil, fmt.Errorf("redecode gave the key's stub: the generated decoder refused what decode took")
+	// The generated decoder itself, not redecode's fallback to decode.
+	direct := b.c.newObj()
+	if err := any(direct).(vtUnmarshaler).UnmarshalVT(raw); err != nil {
+		return nil, nil, fmt.Errorf("the generated decoder refused what decode took: %v", err)
 	}
+	direct.GetMeta().ResourceVersion = rev
+	if !proto.Equal(want, direct) {
+		return nil, nil, fmt.Errorf("the generated decoder gives\n%v\nnot\n%v", direct, want)
+	}
+	got := b.c.redecode(key, raw, rev)
 	var zero T
 	if !proto.Equal(want, b.c.decoded(key, raw, rev, zero, nil)) {
 		return nil, nil, fmt.Errorf("decoded (a cached read) differs from decode")

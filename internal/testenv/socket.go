@@ -26,21 +26,35 @@ func DialUnix(path string, timeout time.Duration) (net.Conn, error) {
 }
 
 // SocketGet sends one proxied GET of url to a sandbox's egress socket, as
-// its sidecar relays a request, and returns the status code and body.
+// its sidecar relays a request, and returns the status code and body; it
+// fails the test on an error (call it on the test's goroutine; elsewhere
+// TrySocketGet).
 func SocketGet(t testing.TB, socket, url string) (int, string) {
 	t.Helper()
+	code, body, err := TrySocketGet(socket, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code, body
+}
+
+// TrySocketGet is SocketGet returning its error.
+func TrySocketGet(socket, url string) (int, string, error) {
 	c, err := DialUnix(socket, 5*time.Second)
 	if err != nil {
-		t.Fatalf("dial the sandbox's egress socket: %v", err)
+		return 0, "", fmt.Errorf("dial the sandbox's egress socket: %w", err)
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
 	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: upstream\r\n\r\n", url)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
-		t.Fatalf("read the proxy's answer: %v", err)
+		return 0, "", fmt.Errorf("read the proxy's answer: %w", err)
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, "", fmt.Errorf("read the proxy's answer: %w", err)
+	}
+	return resp.StatusCode, string(b), nil
 }
