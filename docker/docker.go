@@ -61,6 +61,9 @@ type Runtime struct {
 	// from its own: see ReapExecs.
 	token string
 
+	// guard keeps Pause apart from the start of an exec (freezeguard.go).
+	guard freezeGuard
+
 	capMu sync.Mutex
 	cap   shoal.EngineCapacity
 	capAt time.Time
@@ -591,10 +594,20 @@ func (r *Runtime) byUID(ctx context.Context, uid string) ([]shoal.Container, err
 }
 
 // Pause freezes a container's processes (docker pause); one already paused
-// or not running is left as it is.
+// or not running is left as it is. It waits for the execs that are
+// starting in the container to have started (freezeGuard says why).
 func (r *Runtime) Pause(ctx context.Context, id string) error {
-	err := r.cli.ContainerPause(ctx, id)
+	release, err := r.guard.freezing(ctx, id)
+	if err != nil {
+		return fmt.Errorf("pause container %s: waiting for the execs starting in it: %w", id[:min(12, len(id))], err)
+	}
+	defer release()
+	err = r.cli.ContainerPause(ctx, id)
+	// "cannot pause a paused container" is containerd's answer when the
+	// engine's own state lags a pause it made (it reads containerd's
+	// events afterwards).
 	if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) && !strings.Contains(err.Error(), "is already paused") &&
+		!strings.Contains(err.Error(), "pause a paused container") &&
 		!strings.Contains(err.Error(), "is not running") {
 		return fmt.Errorf("pause container %s: %w", id[:min(12, len(id))], err)
 	}
@@ -731,15 +744,19 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdo
 	if spec.TTY && spec.Size.Rows > 0 && spec.Size.Cols > 0 {
 		opts.ConsoleSize = &[2]uint{spec.Size.Rows, spec.Size.Cols}
 	}
+	// Until its process has started (the wrapper's pid line: pw below)
+	// the container is not frozen under the exec (freezeGuard).
+	started, err := r.guard.starting(ctx, id)
+	if err != nil {
+		return shoal.ExecResult{}, err
+	}
+	defer started()
 	ex, err := r.cli.ContainerExecCreate(ctx, id, opts)
 	if err != nil {
-		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
-			return shoal.ExecResult{}, shoal.FailedPrecondition("container is not running: %s", daemonText(err))
-		}
 		if u := r.unreachable(err); u != err {
 			return shoal.ExecResult{}, u
 		}
-		return shoal.ExecResult{}, fmt.Errorf("exec create: %w", err)
+		return shoal.ExecResult{}, execCreateError(id, err)
 	}
 	// Attaching starts the process. It must not be cut short by ctx: a
 	// process started by an attach whose answer never arrived could not
@@ -748,7 +765,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdo
 	att, err := r.cli.ContainerExecAttach(actx, ex.ID, container.ExecAttachOptions{Tty: spec.TTY, ConsoleSize: opts.ConsoleSize})
 	cancel()
 	if err != nil {
-		return shoal.ExecResult{}, fmt.Errorf("exec attach: %w", err)
+		return shoal.ExecResult{}, r.execStartError(ctx, id, err)
 	}
 	var timeout <-chan time.Time
 	if spec.Timeout > 0 {
@@ -761,7 +778,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdo
 	defer att.Close()
 	// Before the wait too: the copy of stdin may be blocked reading it.
 	defer closeStdin()
-	pw := &pidWriter{w: stdout, known: make(chan struct{})}
+	pw := &pidWriter{w: stdout, known: make(chan struct{}), started: started}
 	var copyErr error
 	ended := make(chan struct{}) // closed when the output copy has returned
 	wg.Add(1)
@@ -916,22 +933,32 @@ func (r *Runtime) run(ctx context.Context, id string, cmd, env []string) (ranCom
 	return r.runAs(ctx, id, "", cmd, env)
 }
 
-// runAs is run as user (UID[:GID]; "" is the image's user).
+// runAs is run as user (UID[:GID]; "" is the image's user). The command
+// runs under execWrapper, as Exec's do, so that the freeze guard knows
+// when it has started; its pid line is not part of the output.
 func (r *Runtime) runAs(ctx context.Context, id, user string, cmd, env []string) (ranCommand, error) {
-	ex, err := r.cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, Env: env, User: user, AttachStdout: true, AttachStderr: true})
+	started, err := r.guard.starting(ctx, id)
 	if err != nil {
-		if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
-			return ranCommand{}, shoal.FailedPrecondition("container is not running: %s", daemonText(err))
-		}
-		return ranCommand{}, fmt.Errorf("exec create: %w", err)
+		return ranCommand{}, err
+	}
+	defer started()
+	ex, err := r.cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: append([]string{"/bin/sh", "-c", execWrapper, "shoal-run"}, cmd...),
+		Env: env, User: user, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return ranCommand{}, execCreateError(id, err)
 	}
 	att, err := r.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
 	if err != nil {
-		return ranCommand{}, fmt.Errorf("exec attach: %w", err)
+		return ranCommand{}, r.execStartError(ctx, id, err)
 	}
 	var out, errb bytes.Buffer
-	_, err = stdcopy.StdCopy(&limitWriter{w: &out, n: maxRunOutput}, &limitWriter{w: &errb, n: maxRunOutput}, att.Reader)
+	pw := &pidWriter{w: &limitWriter{w: &out, n: maxRunOutput}, known: make(chan struct{}), started: started}
+	_, err = stdcopy.StdCopy(pw, &limitWriter{w: &errb, n: maxRunOutput}, att.Reader)
 	att.Close()
+	started()
+	if pw.err != nil {
+		return ranCommand{}, pw.err
+	}
 	if err != nil {
 		return ranCommand{}, fmt.Errorf("exec output: %w", err)
 	}
@@ -952,6 +979,38 @@ func (r *Runtime) runAs(ctx context.Context, id, user string, cmd, env []string)
 		}
 	}
 }
+
+// execCreateError is the error of an exec the engine would not create: a
+// container that is gone or not running is FailedPrecondition, a frozen
+// (paused) one Unavailable, since it takes execs again once its node holds
+// its lease and thaws it.
+func execCreateError(id string, err error) error {
+	text := daemonText(err)
+	switch {
+	case cerrdefs.IsConflict(err) && strings.Contains(text, "is paused"):
+		return shoal.Unavailable(frozenText, id[:min(12, len(id))])
+	case cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err):
+		return shoal.FailedPrecondition("container is not running: %s", text)
+	}
+	return fmt.Errorf("exec create: %w", err)
+}
+
+// execStartError is the error of an exec the engine created but would
+// not start. It answers 409 when the container is no longer running or,
+// its state lagging containerd's events after a freeze and a thaw, takes
+// it for paused.
+func (r *Runtime) execStartError(ctx context.Context, id string, err error) error {
+	if !strings.Contains(err.Error(), "received 409") {
+		return fmt.Errorf("exec attach: %w", err)
+	}
+	if st, ierr := r.Inspect(ctx, id); ierr == nil && !st.Running {
+		return shoal.FailedPrecondition("container is not running (%s)", st.Status)
+	}
+	return shoal.Unavailable(frozenText, id[:min(12, len(id))])
+}
+
+// frozenText says why an exec did not start in a frozen container.
+const frozenText = "container %s is frozen (its node is fenced until it holds its lease again): execs start once it is thawed"
 
 // limitWriter keeps the first n bytes written to it and drops the rest.
 type limitWriter struct {
@@ -1072,6 +1131,9 @@ type pidWriter struct {
 	pid   int
 	err   error         // set when the first line is not a pid
 	known chan struct{} // closed once pid is set
+	// started, if set, is called once pid is set: the process has started
+	// (it releases the exec's freeze guard).
+	started func()
 }
 
 func (p *pidWriter) Write(b []byte) (int, error) {
@@ -1096,6 +1158,9 @@ func (p *pidWriter) Write(b []byte) (int, error) {
 	}
 	p.pid = pid
 	close(p.known)
+	if p.started != nil {
+		p.started()
+	}
 	if rest := b[i+1:]; len(rest) > 0 {
 		if n, err := p.w.Write(rest); err != nil {
 			return i + 1 + n, err
@@ -1106,6 +1171,12 @@ func (p *pidWriter) Write(b []byte) (int, error) {
 
 func (p *pidWriter) fail() error {
 	answer := string(p.line[:min(len(p.line), 200)])
+	if strings.Contains(answer, "in a paused") {
+		// "cannot exec in a paused state" (containerd), "... in a paused
+		// container" (runc): the engine's own state lagged a freeze.
+		p.err = shoal.Unavailable("the container is frozen (its node is fenced until it holds its lease again): execs start once it is thawed")
+		return p.err
+	}
 	if strings.Contains(answer, "chdir to cwd") {
 		// The engine could not enter --workdir: say that, not that the
 		// image lacks a shell.
