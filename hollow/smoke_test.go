@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	shoalv1 "shoal/api/shoal/v1"
+	"shoal/events"
 	"shoal/internal/testenv"
 	"shoal/node"
 )
@@ -56,6 +57,44 @@ func TestHollowSmoke(t *testing.T) {
 	if _, err := ns[0].Client.CreateProvider(ctx, &shoalv1.CreateProviderRequest{Provider: &shoalv1.Provider{
 		Meta: &shoalv1.ObjectMeta{Name: "nv"}, Type: shoalv1.ProviderType_NVIDIA, Credentials: map[string]string{"NVIDIA_API_KEY": "hollow-secret"}}}); err != nil {
 		t.Fatal(err)
+	}
+	// Each node places from its own watch cache's view of the live nodes,
+	// which a node that registered last reaches a moment later: the
+	// spread below is only fair once every node sees all of them (CI: two
+	// nodes seen late by the other three got 16 sandboxes each). A probe
+	// sandbox created through a node says in its Scheduled event how many
+	// nodes that node chose among.
+	for i, n := range ns {
+		attempt := 0
+		testenv.Eventually(t, time.Minute, fmt.Sprintf("node %s places among all %d nodes", n.Config.ID, nodes), func() error {
+			attempt++
+			name := fmt.Sprintf("probe-%d-%d", i, attempt)
+			if _, err := n.Client.CreateSandbox(ctx, &shoalv1.CreateSandboxRequest{Sandbox: &shoalv1.Sandbox{Meta: &shoalv1.ObjectMeta{Name: name}}}); err != nil {
+				return err
+			}
+			defer func() {
+				if _, err := n.Client.DeleteSandbox(ctx, &shoalv1.DeleteSandboxRequest{Name: name, Wait: true}); err != nil {
+					t.Errorf("delete %s: %v", name, err)
+				}
+			}()
+			var last string
+			for range 50 { // the event is recorded beside the create, not in it
+				evs, err := n.Client.ListEvents(ctx, &shoalv1.ListEventsRequest{Sandbox: name})
+				if err != nil {
+					return err
+				}
+				for _, ev := range evs.Items {
+					if ev.Reason == string(events.Scheduled) {
+						if last = ev.Message; strings.Contains(last, fmt.Sprintf("of the %d nodes", nodes)) {
+							return nil
+						}
+						return fmt.Errorf("%s: %s", name, last)
+					}
+				}
+				<-time.After(testenv.PollInterval)
+			}
+			return fmt.Errorf("%s: no Scheduled event", name)
+		})
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, sandboxes)
