@@ -28,6 +28,10 @@ import (
 // Store is what the agent needs of the state store.
 type Store interface {
 	GetSandbox(ctx context.Context, ws, name string) (*shoalv1.Sandbox, error)
+	// SandboxRevision is the current mod revision of a sandbox's record
+	// (a linearizable read of the key alone): the egress proxy's check
+	// that the policy it holds is the current one.
+	SandboxRevision(ctx context.Context, ws, name string) (int64, error)
 	ListSandboxes(ctx context.Context, ws string, o store.ListOptions, keep func(*shoalv1.Sandbox) bool) (store.Page[*shoalv1.Sandbox], error)
 	UpdateSandbox(ctx context.Context, ws, name string, pre store.Preconditions, mutate func(*shoalv1.Sandbox) error) (*shoalv1.Sandbox, error)
 	// WatchNodeSandboxes streams the changes of this node's sandboxes.

@@ -94,6 +94,18 @@ type egressServe struct {
 	cutBelow int64            // the spec's cut_below when it was opened
 	cancel   context.CancelFunc
 	done     chan struct{}
+
+	// held is what the proxy made of the record's last version it read
+	// (egressPolicies); guarded by egressState.mu.
+	held heldPolicy
+}
+
+// heldPolicy is the policy of one version (mod revision) of a sandbox's
+// record, or that version's lack of one.
+type heldPolicy struct {
+	rev int64 // 0: nothing held
+	pol egress.Policy
+	ok  bool
 }
 
 type egressSample struct {
@@ -142,34 +154,51 @@ func cachedHostAddrs() func() []netip.Addr {
 	}
 }
 
-// egressPolicies is the proxy's view of the policies: the sandbox's
-// record, read for every connection.
+// egressPolicies is the proxy's view of the policies: the policy of the
+// sandbox record's current version, checked for every connection.
+//
+// Every connection costs one linearizable read of the record's mod
+// revision (Store.SandboxRevision: the key alone, one etcd round trip):
+// when it is the version whose policy is held, that policy is the current
+// one; otherwise the record is read (the watch cache's fresh read, which
+// returns that version or a newer one) and its policy held in turn. So a
+// connection is admitted only by the policy of the record as it stood
+// when the connection was taken (the chaos suite's invariant 16), without
+// waiting for the watch cache on every connection: a revision made by any
+// other key (an event, another sandbox's status) otherwise held each read
+// until the cache's watch had caught up with it.
 type egressPolicies struct{ a *Agent }
 
 func (p egressPolicies) Policy(ctx context.Context, uid string) (egress.Policy, bool, error) {
 	e := p.a.egress
 	e.mu.Lock()
 	s := e.served[uid]
+	var held heldPolicy
+	if s != nil {
+		held = s.held
+	}
 	e.mu.Unlock()
 	if s == nil {
 		return egress.Policy{}, false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	sb, err := p.a.cfg.Store.GetSandbox(ctx, s.sb.Meta.Workspace, s.sb.Meta.Name)
+	rev, err := p.a.cfg.Store.SandboxRevision(ctx, s.sb.Meta.Workspace, s.sb.Meta.Name)
 	if shoal.KindOf(err) == shoal.KindNotFound {
 		return egress.Policy{}, false, nil
 	}
 	if err != nil {
 		return egress.Policy{}, false, err
 	}
-	if sb.Meta.Uid != uid || sb.Meta.DeletionTimestamp != nil || store.NodeOf(sb) != p.a.cfg.Node || !sb.HasEgress() {
+	if held.rev == 0 || held.rev != rev {
+		if held, err = p.read(ctx, s, uid, rev); err != nil {
+			return egress.Policy{}, false, err
+		}
+	}
+	if !held.ok {
 		return egress.Policy{}, false, nil
 	}
-	pol, err := sb.Spec.Egress.Policy("spec.egress")
-	if err != nil {
-		return egress.Policy{}, false, err
-	}
+	pol := held.pol
 	if chaosbreak.Is("stale-egress") {
 		// A policy cache that never forgets a rule: what was once
 		// allowed stays allowed (the chaos suite's invariant 16).
@@ -183,6 +212,36 @@ func (p egressPolicies) Policy(ctx context.Context, uid string) (egress.Policy, 
 		e.mu.Unlock()
 	}
 	return pol, true, nil
+}
+
+// read reads the sandbox's record, at least at rev, and holds its policy
+// (Policy's slow way: the record changed since the held version).
+func (p egressPolicies) read(ctx context.Context, s *egressServe, uid string, rev int64) (heldPolicy, error) {
+	sb, err := p.a.cfg.Store.GetSandbox(ctx, s.sb.Meta.Workspace, s.sb.Meta.Name)
+	if shoal.KindOf(err) == shoal.KindNotFound {
+		return heldPolicy{}, nil
+	}
+	if err != nil {
+		return heldPolicy{}, err
+	}
+	if got := sb.GetMeta().GetResourceVersion(); got < rev {
+		// The fresh read cannot be older than a read that came before it.
+		return heldPolicy{}, fmt.Errorf("sandbox %s: read version %d, older than the current %d", s.sb.Meta.Name, got, rev)
+	}
+	h := heldPolicy{rev: sb.GetMeta().GetResourceVersion()}
+	if sb.Meta.Uid == uid && sb.Meta.DeletionTimestamp == nil && store.NodeOf(sb) == p.a.cfg.Node && sb.HasEgress() {
+		if h.pol, err = sb.Spec.Egress.Policy("spec.egress"); err != nil {
+			return heldPolicy{}, err
+		}
+		h.ok = true
+	}
+	e := p.a.egress
+	e.mu.Lock()
+	if e.served[uid] == s && h.rev > s.held.rev {
+		s.held = h
+	}
+	e.mu.Unlock()
+	return h, nil
 }
 
 // syncEgress brings a sandbox's egress in line with its record and its

@@ -239,7 +239,7 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 	// if it has not registered within --node-ttl (cutoff.go).
 	p.stopGuard = n.guardUnregistered(ctx, started)
 	p.closers = append(p.closers, p.stopGuard)
-	cli, etcdFatal, closeEtcd, err := n.etcd(ctx)
+	cli, local, etcdFatal, closeEtcd, err := n.etcd(ctx)
 	if err != nil {
 		return p, err
 	}
@@ -255,7 +255,7 @@ func (n *Node) assemble(ctx context.Context) (*parts, error) {
 	if p.ev, err = events.New(events.Config{Node: cfg.ID, Log: store.NewEventLog(cli, cfg.Prefix), TTL: cfg.EventTTL, Metrics: p.m, Logger: cfg.Logger}); err != nil {
 		return p, err
 	}
-	st := store.New(cli, store.Options{Prefix: cfg.Prefix, Logger: cfg.Logger, Keys: n.keys, Metrics: p.m, Tracer: tp.Tracer("shoal/store"), Events: p.ev})
+	st := store.New(cli, store.Options{Prefix: cfg.Prefix, Logger: cfg.Logger, Keys: n.keys, Metrics: p.m, Tracer: tp.Tracer("shoal/store"), Events: p.ev, Local: local})
 	p.st = st
 	if cfg.WatchCache {
 		p.cache = st.UseCache(store.CacheOptions{Logger: cfg.Logger})
@@ -584,11 +584,11 @@ func (n *Node) stop(p *parts, r *running, runErr error) error {
 
 // etcd connects to external endpoints or starts the embedded member.
 // The returned channel reports a fatal error of the embedded member (nil
-// for an external etcd: its client reconnects on its own).
-func (n *Node) etcd(ctx context.Context) (*clientv3.Client, <-chan error, func(), error) {
+// for an external etcd: its client reconnects on its own); local reads
+// through the embedded member in process (nil for an external etcd).
+func (n *Node) etcd(ctx context.Context) (cli *clientv3.Client, local store.LocalReader, fatal <-chan error, closeEtcd func(), err error) {
 	cfg := n.cfg
 	if len(cfg.EtcdEndpoints) > 0 {
-		var cli *clientv3.Client
 		err := n.untilReachable(ctx, "dial etcd", func() (err error) {
 			// Another CA's etcd would read as unreachable: say so at
 			// once (an error untilReachable does not retry).
@@ -605,27 +605,27 @@ func (n *Node) etcd(ctx context.Context) (*clientv3.Client, <-chan error, func()
 			return err
 		})
 		if ce := (*pki.CertError)(nil); errors.As(err, &ce) {
-			return nil, nil, nil, err // names the flag already
+			return nil, nil, nil, nil, err // names the flag already
 		}
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("--etcd-endpoints: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("--etcd-endpoints: %w", err)
 		}
 		n.mu.Lock()
 		n.etcdE = cfg.EtcdEndpoints[0]
 		n.mu.Unlock()
-		return cli, nil, func() { cli.Close() }, nil
+		return cli, nil, nil, func() { cli.Close() }, nil
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, nil, nil, fmt.Errorf("--data-dir: %w", err)
+		return nil, nil, nil, nil, fmt.Errorf("--data-dir: %w", err)
 	}
 	srv, cli, err := n.startMember(ctx)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	n.mu.Lock()
 	n.etcdE, n.etcdOwn = srv.Endpoint(), srv.OwnURL()
 	n.mu.Unlock()
-	return cli, srv.Err(), func() { cli.Close(); srv.Close() }, nil
+	return cli, srv, srv.Err(), func() { cli.Close(); srv.Close() }, nil
 }
 
 // instanceID is this installation's identity in the node registry, kept in

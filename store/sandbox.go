@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -137,6 +138,42 @@ func NodeOf(sb *shoalv1.Sandbox) string {
 // GetSandbox reads one sandbox.
 func (s *Store) GetSandbox(ctx context.Context, ws, name string) (*shoalv1.Sandbox, error) {
 	return get(ctx, s, sandboxCodec, s.k.sandbox(ws, name), name)
+}
+
+// SandboxRevision is the mod revision of a sandbox's record as of now (a
+// linearizable read of its key alone, without the value: one etcd round
+// trip and no wait for the watch cache). A reader that keeps what it made
+// of one version of the record knows by it whether that version is still
+// the current one: the egress proxy admits each connection by the policy
+// of the current version, and reads the record itself only when it
+// changed. A missing record is NotFound.
+//
+// With Options.Local the read goes through the node's own member in
+// process; when that member cannot answer (a learner, stopped, removed)
+// through the client.
+func (s *Store) SandboxRevision(ctx context.Context, ws, name string) (int64, error) {
+	key := s.k.sandbox(ws, name)
+	if s.local != nil {
+		rev, ok, err := s.local.ModRevision(ctx, key)
+		switch {
+		case err == nil && !ok:
+			return 0, shoal.NotFound("sandbox %q not found", name)
+		case err == nil:
+			return rev, nil
+		case ctx.Err() != nil:
+			return 0, etcdErr(ctx, err)
+		}
+	}
+	t0 := time.Now()
+	resp, err := s.c.Get(ctx, key, clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, etcdErr(ctx, err)
+	}
+	s.metrics.EtcdRoundTrip(time.Since(t0))
+	if len(resp.Kvs) == 0 {
+		return 0, shoal.NotFound("sandbox %q not found", name)
+	}
+	return resp.Kvs[0].ModRevision, nil
 }
 
 // GetSandboxAt is GetSandbox and the revision the read reflects (the watch

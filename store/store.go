@@ -40,6 +40,15 @@ type Options struct {
 	// Events, if set, records what the store's writes did to sandboxes
 	// (events.go: Recorder).
 	Events Recorder
+	// Local, if set, reads through the node's own etcd member in process
+	// (SandboxRevision); an error from it falls back to the client.
+	Local LocalReader
+}
+
+// LocalReader is a linearizable read of a key's mod revision through the
+// node's own etcd member (embedetcd.Server), in process.
+type LocalReader interface {
+	ModRevision(ctx context.Context, key string) (rev int64, ok bool, err error)
 }
 
 // Store reads and writes shoal objects in etcd.
@@ -53,6 +62,7 @@ type Store struct {
 	metrics *metrics.Metrics // nil: none
 	tracer  trace.Tracer
 	events  Recorder // nil: none
+	local   LocalReader
 
 	corrupt corruptLog
 	// cache, when set (UseCache), serves reads and client watches.
@@ -73,7 +83,7 @@ func New(c *clientv3.Client, o Options) *Store {
 	if o.Tracer == nil {
 		o.Tracer = noop.NewTracerProvider().Tracer("shoal/store")
 	}
-	return &Store{c: c, k: keys{prefix: o.Prefix}, log: o.Logger.With("subsystem", "store"), now: o.Now, keys: o.Keys, metrics: o.Metrics, tracer: o.Tracer, events: o.Events}
+	return &Store{c: c, k: keys{prefix: o.Prefix}, log: o.Logger.With("subsystem", "store"), now: o.Now, keys: o.Keys, metrics: o.Metrics, tracer: o.Tracer, events: o.Events, local: o.Local}
 }
 
 // Client is the etcd client the store writes through.
