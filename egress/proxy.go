@@ -163,17 +163,11 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, sandbox string) erro
 				return
 			}
 			u.SetReadDeadline(time.Time{})
-			if pc == nil {
-				c = &prefixed{Conn: c, first: data}
-			} else {
-				defer pc.Close()
-				if !open.Add(pc) {
-					return
-				}
-				defer open.Remove(pc)
-				u.Close() // the shim's copy is closed too: nothing more comes
-				c = pc
+			if pc != nil {
+				p.servePassed(ctx, open, u, pc, sandbox)
+				return
 			}
+			c = &prefixed{Conn: c, first: data}
 		}
 		p.handle(ctx, open, c, sandbox)
 	})
@@ -181,6 +175,32 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, sandbox string) erro
 		return fmt.Errorf("egress: accept for sandbox %s: %w", sandbox, err)
 	}
 	return nil
+}
+
+// servePassed serves the connections a passing shim hands over on u, the
+// first already received, each on a goroutine of its own, until the shim
+// closes u (a shim of before one connection carried them all closes it
+// after one) or Serve's end closes it; it returns when they have all
+// ended. A message on u that is not a passed connection ends u.
+func (p *Proxy) servePassed(ctx context.Context, open *shim.Conns, u *net.UnixConn, pc net.Conn, sandbox string) {
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for pc != nil {
+		if !open.Add(pc) {
+			pc.Close()
+			return
+		}
+		c := pc // pc is the next one's below
+		conns.Go(func() {
+			defer open.Remove(c)
+			defer c.Close()
+			p.handle(ctx, open, c, sandbox)
+		})
+		var err error
+		if pc, _, err = shim.ReceiveConn(u); err != nil {
+			return
+		}
+	}
 }
 
 // prefixed is a connection whose first bytes were read already.

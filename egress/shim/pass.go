@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"syscall"
+	"time"
 )
 
 // PassMarker is the one byte that carries a passed connection's
@@ -15,16 +17,47 @@ const PassMarker = 0xfd
 
 // Pass hands every connection ln accepts to the node's proxy itself,
 // rather than relaying its bytes: each goes, as a descriptor
-// (SCM_RIGHTS), over a new connection to the unix socket at socket, and
-// the shim closes its own copy at once. The node's proxy then reads and
+// (SCM_RIGHTS), over a connection to the unix socket at socket, and the
+// shim closes its own copy at once. The node's proxy then reads and
 // writes the sandbox's connection directly, and splices it to the
 // upstream: one relay instead of two (docs/benchmarks.md). The
 // connection stays in the sandbox's network namespace; the descriptor
-// only lets the node use it. A connection whose socket cannot be dialled
-// (the node is restarting) is closed at once, as Forward does.
+// only lets the node use it.
+//
+// One socket connection carries every descriptor, one after the other,
+// for as long as it works (a connection of its own for each cost the
+// node an accept per sandbox connection); when a send fails (the node
+// restarted, or closed it) the shim dials again and sends once more. A
+// connection that cannot be handed over (the node is down) is closed at
+// once, as Forward does.
 func Pass(ctx context.Context, ln net.Listener, socket string) error {
-	return toSocket(ctx, ln, socket, func(c net.Conn, up *net.UnixConn, _ *Conns) {
-		_ = SendConn(up, c)
+	var mu sync.Mutex
+	var up *net.UnixConn
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if up != nil {
+			up.Close()
+		}
+	}()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	return Serve(ctx, ln, func(ctx context.Context, c net.Conn, _ *Conns) {
+		mu.Lock()
+		defer mu.Unlock()
+		for range 2 {
+			if up == nil {
+				u, err := d.DialContext(ctx, "unix", socket)
+				if err != nil {
+					return
+				}
+				up = u.(*net.UnixConn)
+			}
+			if SendConn(up, c) == nil {
+				return
+			}
+			up.Close()
+			up = nil
+		}
 	})
 }
 
