@@ -476,7 +476,7 @@ func forward(c, up net.Conn, req *http.Request) {
 			up.Close()
 		}
 	})
-	if _, err := io.Copy(c, up); err == nil {
+	if _, err := shim.Copy(c, up); err == nil {
 		shim.CloseWrite(c)
 	}
 	// The answer is over: whatever of the request is still unsent is
