@@ -87,7 +87,7 @@ bench: build image
 	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench StopStartVsDocker -benchtime 20x -count 1 -timeout 20m ./bench/ && \
 	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench KeystrokeEchoVsDocker -benchtime 1000x -count 1 -timeout 20m ./bench/ && \
 	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench CopyVsDockerCp -benchtime 1x -count 1 -timeout 30m ./bench/ && \
-	  $(GO) test -run '^$$' -bench '^BenchmarkEgress$$' -benchtime 3x -count 1 -timeout 20m ./bench/ && \
+	  $(GO) test -run '^$$' -bench '^BenchmarkEgress$$' -benchtime 5x -count 1 -timeout 20m ./bench/ && \
 	  $(GO) test -run '^$$' -bench EgressPolicyAtScale -benchtime 5x -count 1 -timeout 30m ./bench/ && \
 	  SHOAL_BIN=$(CURDIR)/$(BIN) $(GO) test -run '^$$' -bench 'LeaderFailover|OwnerLossDelete|Forwarding|CreateThroughput' \
 	    -benchtime 1x -count 1 -timeout 30m ./bench/ ) 2>&1 | tee bench/last.txt

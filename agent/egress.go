@@ -26,9 +26,10 @@ import (
 // agent serves a unix socket (Config.Egress.Dir/UID/s) with the node's one
 // egress.Proxy and keeps the sandbox's sidecar running in the container's
 // network namespace (EgressRuntime.EnsureEgress); the socket is the
-// sandbox's identity. The proxy reads the sandbox's record for every
-// connection (a linearizable read: the policy that decides is never older
-// than a write acknowledged before the connection began), and refuses
+// sandbox's identity. The proxy checks the record's current version for
+// every connection (a linearizable read: the policy that decides is never
+// older than a write acknowledged before the connection began;
+// egressPolicies), and refuses
 // every new connection while the node does not hold its lease (it is
 // fenced, and freezes its containers at the same moment). Once sidecar
 // and socket are in place the agent reports the policy's version as

@@ -57,9 +57,10 @@
 //     accepts the sandbox's connections there and hands each (its
 //     descriptor, SCM_RIGHTS: shim.Pass) to the node over a unix socket
 //     the node listens on for that sandbox alone, so that the node's
-//     proxy reads and writes the sandbox's connection itself and splices
+//     proxy reads and writes the sandbox's connection itself and relays
 //     it to the upstream (one relay; without --pass the shim relays the
-//     bytes instead, shim.Forward, which the proxy also serves): a socket
+//     bytes instead, shim.Forward, which the proxy also serves). One
+//     socket connection carries every descriptor while it works: a socket
 //     file per sandbox in the node's data directory, bind-mounted into the
 //     sidecar only, never into the sandbox. The sandbox is given
 //     HTTP_PROXY, HTTPS_PROXY, http_proxy and https_proxy =
@@ -104,10 +105,10 @@
 // connection with a 503; open tunnels are left to the freeze of the
 // sandbox that fencing already does. Serve returns once every connection
 // it accepted is done: the end of its context closes the listener and
-// every open connection; each relay is two io.Copy calls between the
+// every open connection; each relay is two shim.Copy calls between the
 // connections as accepted and dialled, half-closing (CloseWrite) on a
-// clean end, so that Linux splices the bytes (docs/benchmarks.md has the
-// figures).
+// clean end, through buffers held only while bytes flow (faster here than
+// Linux's splice: docs/benchmarks.md has the figures).
 //
 // # Wiring
 //

@@ -19,7 +19,7 @@ const PassMarker = 0xfd
 // rather than relaying its bytes: each goes, as a descriptor
 // (SCM_RIGHTS), over a connection to the unix socket at socket, and the
 // shim closes its own copy at once. The node's proxy then reads and
-// writes the sandbox's connection directly, and splices it to the
+// writes the sandbox's connection directly, and relays it to the
 // upstream: one relay instead of two (docs/benchmarks.md). The
 // connection stays in the sandbox's network namespace; the descriptor
 // only lets the node use it.
