@@ -79,11 +79,16 @@ func Reorder(app *cli.App, args []string) []string {
 	rest = append(helpArgs, rest...)
 	local := flagSet(leaf.Flags)
 	var flags, positional []string
+	help := false
 	for i := 0; i < len(rest); i++ {
 		a := rest[i]
 		if a == "--" {
 			positional = append(positional, rest[i+1:]...)
 			break
+		}
+		if isHelp(a) {
+			help = true
+			continue
 		}
 		if strings.HasPrefix(a, "-") && a != "-" {
 			if n := flagLen(local, rest[i:]); n > 0 {
@@ -103,6 +108,13 @@ func Reorder(app *cli.App, args []string) []string {
 	}
 	out = append(out, globalArgs...)
 	out = append(out, path...)
+	if help {
+		// --help anywhere before "--" asks for the command's help, as
+		// with kubectl and docker (`shoal sandbox delete NAME --help`):
+		// urfave/cli would take the first positional argument for the
+		// subcommand to explain, and find none.
+		return append(out, "--help")
+	}
 	out = append(out, flags...)
 	if len(positional) > 0 {
 		out = append(out, "--")

@@ -117,6 +117,11 @@ func TestHintsNameCommandsThatExist(t *testing.T) {
 				t.Errorf("shoal %s (too many or no arguments): exit %d, want 0, 2 or 5:\n%s", what, r.code, r.stderr)
 			}
 		}
+		// --help after a positional argument is the command's help, as
+		// with kubectl and docker (it was "unknown command NAME").
+		if r := runEnv(t, bin, env, append(append([]string{}, leaf...), "some-name", "--help")...); r.code != 0 || !strings.Contains(r.stdout, "USAGE") {
+			t.Errorf("shoal %s some-name --help: exit %d, want 0 and the command's help:\n%s%s", what, r.code, r.stdout, r.stderr)
+		}
 		if tooMany.code == cli.ExitUsage && !strings.Contains(tooMany.stderr, "`shoal "+what+" --help`") {
 			t.Errorf("shoal %s a b c d e: a usage error whose hint does not name `shoal %s --help`:\n%s", what, what, tooMany.stderr)
 		}

@@ -765,6 +765,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, spec shoal.ExecSpec, stdo
 	att, err := r.cli.ContainerExecAttach(actx, ex.ID, container.ExecAttachOptions{Tty: spec.TTY, ConsoleSize: opts.ConsoleSize})
 	cancel()
 	if err != nil {
+		r.settleStart(ctx, ex.ID, err)
 		return shoal.ExecResult{}, r.execStartError(ctx, id, err)
 	}
 	var timeout <-chan time.Time
@@ -947,14 +948,22 @@ func (r *Runtime) runAs(ctx context.Context, id, user string, cmd, env []string)
 	if err != nil {
 		return ranCommand{}, execCreateError(id, err)
 	}
-	att, err := r.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	// As Exec's: an attach cut short by ctx could leave a process
+	// starting that nobody waits for.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillTimeout)
+	att, err := r.cli.ContainerExecAttach(actx, ex.ID, container.ExecAttachOptions{})
+	cancel()
 	if err != nil {
+		r.settleStart(ctx, ex.ID, err)
 		return ranCommand{}, r.execStartError(ctx, id, err)
 	}
 	var out, errb bytes.Buffer
 	pw := &pidWriter{w: &limitWriter{w: &out, n: maxRunOutput}, known: make(chan struct{}), started: started}
 	_, err = stdcopy.StdCopy(pw, &limitWriter{w: &errb, n: maxRunOutput}, att.Reader)
 	att.Close()
+	if err != nil {
+		r.settleStart(ctx, ex.ID, err)
+	}
 	started()
 	if pw.err != nil {
 		return ranCommand{}, pw.err
@@ -1007,6 +1016,39 @@ func (r *Runtime) execStartError(ctx context.Context, id string, err error) erro
 		return shoal.FailedPrecondition("container is not running (%s)", st.Status)
 	}
 	return shoal.Unavailable(frozenText, id[:min(12, len(id))])
+}
+
+// settleStart returns once an exec whose attach or output failed (err)
+// cannot still be starting: the engine goes on starting an exec after its
+// caller's connection failed, and the freeze guard must not let a pause
+// in before runc has done (freezeGuard). A start the engine refused (409)
+// never began; otherwise it waits, at most KillTimeout, until the engine
+// reports the exec's process (a pid) or that it ended, or has not begun
+// starting it for a moment (the request never reached it).
+func (r *Runtime) settleStart(ctx context.Context, execID string, err error) {
+	if strings.Contains(err.Error(), "received 409") {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillTimeout)
+	defer cancel()
+	idleSince := time.Now()
+	for {
+		ins, ierr := r.cli.ContainerExecInspect(sctx, execID)
+		if ierr != nil || ins.Pid != 0 || ins.ExitCode != 0 {
+			return
+		}
+		if ins.Running {
+			idleSince = time.Now() // starting: wait for its pid
+		} else if time.Since(idleSince) > 250*time.Millisecond {
+			return
+		}
+		select {
+		case <-sctx.Done():
+			r.log.Warn("an exec whose attach failed did not report its process in time; freezes of its container wait no longer", "exec", short(execID))
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // frozenText says why an exec did not start in a frozen container.
@@ -1157,10 +1199,10 @@ func (p *pidWriter) Write(b []byte) (int, error) {
 		return 0, p.fail()
 	}
 	p.pid = pid
-	close(p.known)
 	if p.started != nil {
-		p.started()
+		p.started() // before known: a kill that follows must not queue behind a freeze this exec holds off
 	}
+	close(p.known)
 	if rest := b[i+1:]; len(rest) > 0 {
 		if n, err := p.w.Write(rest); err != nil {
 			return i + 1 + n, err

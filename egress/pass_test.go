@@ -182,4 +182,39 @@ func TestPassingShimKeepsOneConnection(t *testing.T) {
 		t.Fatalf("CONNECT through a one-per-connection shim: %d %s", code, body)
 	}
 	echoOnce(t, c, br, "through a shim of before\n")
+
+	// A node of before: it takes one descriptor per socket connection and
+	// closes the connection (no PassAck). The shim notices and passes
+	// every later connection on one of its own: none is lost.
+	oldSock := filepath.Join(t.TempDir(), "old")
+	oln, err := net.Listen("unix", oldSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oln.Close()
+	wg.Go(func() {
+		for {
+			u, err := oln.Accept()
+			if err != nil {
+				return
+			}
+			pc, _, err := shim.ReceiveConn(u.(*net.UnixConn))
+			u.Close()
+			if err != nil || pc == nil {
+				continue
+			}
+			io.WriteString(pc, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+			pc.Close()
+		}
+	})
+	sln2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Go(func() { shim.Pass(ctx, sln2, oldSock) })
+	for i := range 5 {
+		if _, _, code, body := connect(t, "tcp", sln2.Addr().String(), target); code != 200 {
+			t.Fatalf("connection %d through a new shim to a node of before: %d %s", i, code, body)
+		}
+	}
 }

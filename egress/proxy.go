@@ -185,6 +185,11 @@ func (p *Proxy) Serve(ctx context.Context, ln net.Listener, sandbox string) erro
 func (p *Proxy) servePassed(ctx context.Context, open *shim.Conns, u *net.UnixConn, pc net.Conn, sandbox string) {
 	var conns sync.WaitGroup
 	defer conns.Wait()
+	// Tell the shim that more may come on u (shim.Pass); a shim of
+	// before has closed its end already and never reads it.
+	u.SetWriteDeadline(time.Now().Add(time.Second))
+	u.Write([]byte{shim.PassAck})
+	u.SetWriteDeadline(time.Time{})
 	for pc != nil {
 		if !open.Add(pc) {
 			pc.Close()

@@ -28,38 +28,72 @@ const PassMarker = 0xfd
 // for as long as it works (a connection of its own for each cost the
 // node an accept per sandbox connection); when a send fails (the node
 // restarted, or closed it) the shim dials again and sends once more. A
-// connection that cannot be handed over (the node is down) is closed at
-// once, as Forward does.
+// node answers the first descriptor of a socket connection with PassAck
+// when it reads further ones from it; before the second the shim waits
+// for that answer, and a node that closes the connection instead (one of
+// before, which took one descriptor per connection) gets one connection
+// per descriptor from then on. A connection that cannot be handed over
+// (the node is down) is closed at once, as Forward does.
 func Pass(ctx context.Context, ln net.Listener, socket string) error {
 	var mu sync.Mutex
 	var up *net.UnixConn
-	defer func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if up != nil {
-			up.Close()
-		}
-	}()
+	acked, oneEach := false, false
+	drop := func(open *Conns) {
+		open.Remove(up)
+		up.Close()
+		up = nil
+	}
 	d := net.Dialer{Timeout: 5 * time.Second}
-	return Serve(ctx, ln, func(ctx context.Context, c net.Conn, _ *Conns) {
+	return Serve(ctx, ln, func(ctx context.Context, c net.Conn, open *Conns) {
 		mu.Lock()
 		defer mu.Unlock()
+		if up != nil && !acked {
+			up.SetReadDeadline(time.Now().Add(passAckTimeout))
+			var b [1]byte
+			if n, _ := up.Read(b[:]); n == 1 && b[0] == PassAck {
+				acked = true
+				up.SetReadDeadline(time.Time{})
+			} else {
+				oneEach = true
+				drop(open)
+			}
+		}
 		for range 2 {
 			if up == nil {
 				u, err := d.DialContext(ctx, "unix", socket)
 				if err != nil {
 					return
 				}
-				up = u.(*net.UnixConn)
+				up, acked = u.(*net.UnixConn), false
+				if !open.Add(up) { // Serve is closing: it closes nothing added later
+					up.Close()
+					up = nil
+					return
+				}
 			}
-			if SendConn(up, c) == nil {
+			// A node that stopped reading must not hold the shim's
+			// every connection (and its end) behind this one.
+			up.SetWriteDeadline(time.Now().Add(passWriteTimeout))
+			err := SendConn(up, c)
+			if err == nil && oneEach {
+				drop(open)
+			}
+			if err == nil {
 				return
 			}
-			up.Close()
-			up = nil
+			drop(open)
 		}
 	})
 }
+
+// PassAck is the byte a node answers the first descriptor of a socket
+// connection with when it reads more from the connection (Pass).
+const PassAck = 0xac
+
+const (
+	passAckTimeout   = 5 * time.Second
+	passWriteTimeout = 5 * time.Second
+)
 
 // SendConn sends c's descriptor over u, on one PassMarker byte.
 func SendConn(u *net.UnixConn, c net.Conn) error {
