@@ -26,6 +26,11 @@ type Config struct {
 	// wait-delete gets twice as long); a call that times out is recorded
 	// as ambiguous. Default 20s (also when zero).
 	OpTimeout time.Duration
+	// CheckTimeout bounds the linearizability check of one sandbox's
+	// history (porcupine's search); a check that runs out is reported
+	// inconclusive. Default 30s (also when zero). A checker built with
+	// -race (the chaos package's own tests) needs several times longer.
+	CheckTimeout time.Duration
 
 	// Cluster, if above 0, starts that many voters as separate hosts
 	// (package chaos/hosts), plus Workers workers; 0 runs one node.
@@ -65,6 +70,7 @@ func DefaultConfig() Config {
 		ReportDir:     "chaos-report",
 		DeletingBound: 30 * time.Second,
 		OpTimeout:     20 * time.Second,
+		CheckTimeout:  30 * time.Second,
 		Prefix:        "/shoal",
 	}
 }
@@ -124,6 +130,12 @@ func (c *Config) Validate() error {
 	}
 	if c.OpTimeout == 0 {
 		c.OpTimeout = DefaultConfig().OpTimeout
+	}
+	if c.CheckTimeout < 0 {
+		return errors.New("CheckTimeout: must be positive")
+	}
+	if c.CheckTimeout == 0 {
+		c.CheckTimeout = DefaultConfig().CheckTimeout
 	}
 	if c.Endpoint == "" && c.Binary == "" {
 		return errors.New("no shoal binary to start a node with (Binary; shoal-lab: --shoal-binary)")

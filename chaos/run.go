@@ -323,7 +323,7 @@ func runScenario(ctx context.Context, e *env, h *history, cfg Config, idx int, s
 		logf(cfg, "scenario %s: egress: %d attempts, %d admitted, %d refused as required of %d required", name, fig.Attempts, fig.Admitted, fig.RefusedAsRequired, fig.Required)
 	}
 	logf(cfg, "scenario %s: quiet after %s; checking linearizability", name, time.Since(healedAt).Round(time.Millisecond))
-	lv, note := checkLinearizable(ops, name, cfg.ReportDir, h.now(), 30*time.Second)
+	lv, note := checkLinearizable(ops, name, cfg.ReportDir, h.now(), cfg.CheckTimeout)
 	logf(cfg, "scenario %s: linearizability done", name)
 	sr.Violations = append(sr.Violations, lv...)
 	sr.Linearizability = note
