@@ -997,7 +997,7 @@ func execCreateError(id string, err error) error {
 	text := daemonText(err)
 	switch {
 	case cerrdefs.IsConflict(err) && strings.Contains(text, "is paused"):
-		return shoal.Unavailable(frozenText, id[:min(12, len(id))])
+		return shoal.Unavailable("container %s "+frozenText, short(id))
 	case cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err):
 		return shoal.FailedPrecondition("container is not running: %s", text)
 	}
@@ -1009,14 +1009,18 @@ func execCreateError(id string, err error) error {
 // its state lagging containerd's events after a freeze and a thaw, takes
 // it for paused.
 func (r *Runtime) execStartError(ctx context.Context, id string, err error) error {
-	if !strings.Contains(err.Error(), "received 409") {
+	if !refusedStart(err) {
 		return fmt.Errorf("exec attach: %w", err)
 	}
 	if st, ierr := r.Inspect(ctx, id); ierr == nil && !st.Running {
 		return shoal.FailedPrecondition("container is not running (%s)", st.Status)
 	}
-	return shoal.Unavailable(frozenText, id[:min(12, len(id))])
+	return shoal.Unavailable("container %s "+frozenText, short(id))
 }
+
+// refusedStart: the engine refused to start an exec (409 to the attach's
+// upgrade), so none began.
+func refusedStart(err error) bool { return strings.Contains(err.Error(), "received 409") }
 
 // settleStart returns once an exec whose attach or output failed (err)
 // cannot still be starting: the engine goes on starting an exec after its
@@ -1026,7 +1030,7 @@ func (r *Runtime) execStartError(ctx context.Context, id string, err error) erro
 // reports the exec's process (a pid) or that it ended, or has not begun
 // starting it for a moment (the request never reached it).
 func (r *Runtime) settleStart(ctx context.Context, execID string, err error) {
-	if strings.Contains(err.Error(), "received 409") {
+	if refusedStart(err) {
 		return
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), KillTimeout)
@@ -1052,7 +1056,7 @@ func (r *Runtime) settleStart(ctx context.Context, execID string, err error) {
 }
 
 // frozenText says why an exec did not start in a frozen container.
-const frozenText = "container %s is frozen (its node is fenced until it holds its lease again): execs start once it is thawed"
+const frozenText = "is frozen (its node is fenced until it holds its lease again): execs start once it is thawed"
 
 // limitWriter keeps the first n bytes written to it and drops the rest.
 type limitWriter struct {
@@ -1216,7 +1220,7 @@ func (p *pidWriter) fail() error {
 	if strings.Contains(answer, "in a paused") {
 		// "cannot exec in a paused state" (containerd), "... in a paused
 		// container" (runc): the engine's own state lagged a freeze.
-		p.err = shoal.Unavailable("the container is frozen (its node is fenced until it holds its lease again): execs start once it is thawed")
+		p.err = shoal.Unavailable("the container " + frozenText)
 		return p.err
 	}
 	if strings.Contains(answer, "chdir to cwd") {
